@@ -1,0 +1,59 @@
+"""The root command and the one place where errors become messages and exit codes."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from autotune._errors import AutotuneError
+from autotune.cli import _bench, _logs, _sim, _space, _study
+
+app = typer.Typer(
+    name="autotune",
+    help="Tune SGLang's speculative-decoding settings with Bayesian optimisation.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(_study.app, name="study")
+app.add_typer(_space.app, name="space")
+app.add_typer(_sim.app, name="sim")
+app.add_typer(_bench.app, name="bench")
+app.add_typer(_logs.app, name="logs")
+_study.register_root_commands(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit code.
+
+    An :class:`AutotuneError` is printed as a message (never a traceback) with its exit code.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args, prog_name="autotune", standalone_mode=False)
+    except AutotuneError as e:
+        _print_error(str(e))
+        return e.exit_code
+    except click.exceptions.Abort:
+        _print_error("aborted")
+        return 130
+    except KeyboardInterrupt:
+        _print_error("interrupted")
+        return 130
+    except click.exceptions.Exit as e:
+        return int(e.exit_code or 0)
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    if isinstance(result, int):
+        return result
+    return 0
+
+
+def _print_error(message: str) -> None:
+    sys.stderr.write(f"autotune: error: {message}\n")
+    sys.stderr.flush()

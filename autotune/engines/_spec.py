@@ -1,0 +1,84 @@
+"""What a space file says about the engine, and what an adapter hands to the process layer."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+ENGINE_KINDS = ("sim", "sglang")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds allowed for each stage of a trial."""
+
+    startup_s: float = 1800.0  # launch to ready (a crash ends the wait at once)
+    benchmark_s: float = 1800.0  # the whole measurement of one trial
+    request_s: float = 600.0  # one request, end to end
+    stop_s: float = 30.0  # TERM to KILL
+    gpu_release_s: float = 120.0  # stop until the GPUs' memory is free again
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """Options of the simulated engine (``--sim-*`` flags of ``python -m autotune.sim``)."""
+
+    profile: str = "rtxpro6000x8-kimi-k2.5"
+    dialect: str = "0.5.23"
+    time_scale: float = 0.01
+    noise: float = 0.02
+    seed: int | None = None
+    faults: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """The engine section of a space: which engine, which model, how to launch it.
+
+    ``python`` is the interpreter that runs ``-m sglang.launch_server`` (a virtual environment's
+    ``bin/python``); ``launch_prefix`` goes in front of the whole command (``docker exec NAME``,
+    ``srun ...``). ``extra_args`` and ``env`` are passed as given; they are never joined into a
+    shell string.
+    """
+
+    kind: str = "sim"
+    model_path: str = "moonshotai/Kimi-K2.5"
+    draft_model_path: str | None = None
+    tp_size: int = 1
+    host: str = "127.0.0.1"
+    port: int = 30000
+    python: str | None = None
+    launch_prefix: tuple[str, ...] = ()
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    sglang_version: str | None = None
+    check_paths: bool = True
+    timeouts: Timeouts = Timeouts()
+    sim: SimOptions = SimOptions()
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One server launch: argv (never a shell string), the environment to add, and the port."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    port: int
+    host: str = "127.0.0.1"
+    #: Environment names whose values must never be recorded.
+    secret_env: frozenset[str] = frozenset()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def display(self, redact: bool = True) -> str:
+        """The command line as a user would type it, environment first, secrets redacted."""
+        from autotune.engines._redact import redact_argv, redact_env
+
+        env = redact_env(self.env, self.secret_env) if redact else dict(self.env)
+        argv = redact_argv(self.argv) if redact else list(self.argv)
+        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+        parts.extend(shlex.quote(a) for a in argv)
+        return " ".join(parts)
