@@ -2,6 +2,59 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="space commands")
+app = typer.Typer(no_args_is_help=True, help="Check and explore search-space files.")
+
+#: Above this share of refused random proposals, ``check`` advises reshaping the space.
+_REFUSED_WARN = 0.5
+
+
+@app.command("check")
+def check(
+    path: Annotated[Path, typer.Argument(help="The space file, e.g. search_spaces/eagle3.yaml.")],
+    proposals: Annotated[
+        int, typer.Option(min=1, help="Random proposals to test against SGLang's rules.")
+    ] = 1000,
+    seed: Annotated[int, typer.Option(help="Seed of the random proposals.")] = 0,
+) -> None:
+    """Validate a space file, summarise it, and count proposals SGLang's rules refuse."""
+    from autotune.space import check_rules, effective_max_running_requests, load_space
+
+    space = load_space(path)
+    typer.echo(space.summary())
+    typer.echo("")
+    samples = space.sample(proposals, seed=seed)
+    reasons: Counter[tuple[str, str]] = Counter()
+    for params in samples:
+        refusal = check_rules(space.config_for(params))
+        if refusal is not None:
+            rule = refusal.reason.split(":", 1)[0]
+            reasons[(rule, refusal.knob or refusal.category)] += 1
+    refused = sum(reasons.values())
+    share = refused / len(samples)
+    typer.echo(
+        f"SGLang's rules refuse {refused} of {len(samples)} random proposals ({share:.0%}); "
+        "refused proposals are recorded as infeasible without starting a server."
+    )
+    for (rule, knob), count in reasons.most_common():
+        typer.echo(f"  {count:>6}  {rule} ({knob})")
+    if share > _REFUSED_WARN:
+        typer.echo(
+            "  most proposals are refused: narrow the ranges, or use `when:` so that a parameter "
+            "is only tuned where the rules allow it (search_spaces/README.md)"
+        )
+    if samples:
+        config = space.config_for(samples[0])
+        cap = effective_max_running_requests(config, space.workload.concurrency)
+        if cap is not None:
+            typer.echo(
+                "note: under speculative decoding SGLang runs at most 48 requests at once unless "
+                f"max_running_requests is set; concurrency {space.workload.concurrency} needs "
+                f"max_running_requests={cap}"
+            )
+    typer.echo(f"{space.source}: valid (fingerprint {space.fingerprint()})")

@@ -10,7 +10,10 @@ class StartupPhase:
     """One start-up phase: how long it takes on the profiled hardware and what it prints.
 
     ``duration_s`` is real (unscaled) seconds; the server multiplies by its time scale. ``lines``
-    are printed, in order, when the phase ends (SGLang's own wording, see the facts file).
+    are printed, in order, when the phase ends (SGLang's own wording, see the facts file). Each
+    string is one log record: the server prints its log prefix (``[time TP0] ``) before it; a
+    record may span several physical lines (a traceback), which then appear without prefix,
+    as Python's logging prints multi-line messages.
     """
 
     name: str
@@ -23,7 +26,8 @@ class Crash:
     """A start-up crash: the category, SGLang's lines (traceback and message) and exit code.
 
     The crash happens at the end of phase ``after_phase`` (the phases before it and that one
-    are printed first, then ``lines``).
+    are printed first, then ``lines``: log records as in :class:`StartupPhase`).
+    ``failure_line`` is the physical line a classifier decides on (the exception line).
     """
 
     category: str

@@ -1,0 +1,329 @@
+"""The serving engine of the simulator: SGLang's scheduling loop over modelled step times.
+
+Requests wait until the KV pool can hold their prompt and their whole output budget and a running
+slot is free (``max_running_requests``); admitted prompts are prefilled in chunks of
+``chunked_prefill_size`` tokens (decode pauses meanwhile, as in SGLang without mixed chunking);
+then every step decodes all running requests at once: one forward pass per token without
+speculation, one speculative cycle (draft, verify, extend) with it. A cycle gives each request
+one bonus token plus its accepted drafts: the expected number at zero noise (accumulated exactly,
+so a request's total is deterministic), a sampled number otherwise. Batches larger than the
+largest captured CUDA graph run eagerly.
+
+``step()`` advances one step (the real-time server paces these); ``step(max_cycles=k)`` may
+advance up to ``k`` identical decode steps at once when nothing else can happen in between
+(the virtual-time evaluation uses this; the arithmetic is the same).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from autotune.sim._acceptance import AcceptanceModel, DraftTree
+from autotune.sim._timing import StepTimer
+from autotune.sim._types import SimRequest, StepResult, TokenEvent
+
+
+@dataclass
+class EngineStats:
+    """Counters behind ``/get_server_info``, ``/metrics`` and the Decode batch log line."""
+
+    num_requests_total: int = 0
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    verify_ct_total: int = 0
+    accepted_drafts_total: int = 0
+    max_total_num_tokens: int = 0
+    last_gen_throughput: float = 0.0
+    running: int = 0
+    queued: int = 0
+    used_tokens: int = 0
+
+    @property
+    def token_usage(self) -> float:
+        if self.max_total_num_tokens <= 0:
+            return 0.0
+        return self.used_tokens / self.max_total_num_tokens
+
+    @property
+    def avg_spec_accept_length(self) -> float:
+        if self.verify_ct_total == 0:
+            return 0.0
+        return (self.accepted_drafts_total + self.verify_ct_total) / self.verify_ct_total
+
+
+@dataclass
+class _Req:
+    rid: str
+    prompt: int
+    max_new: int
+    temperature: float
+    prefilled: int = 0
+    generated: int = 0
+    frac: float = 0.5
+    verify_ct: int = 0
+    accepted: int = 0
+
+    @property
+    def kv(self) -> int:
+        return self.prefilled + self.generated
+
+    @property
+    def reserved(self) -> int:
+        return self.prompt + self.max_new
+
+
+@dataclass
+class _Noise:
+    level: float
+    jitter: float
+    rng: random.Random
+    clock_s: float = 0.0
+    current: float = 1.0
+    next_change_s: float = 0.0
+    period_s: float = 2.0
+    history: list[float] = field(default_factory=list)
+
+    def factor(self, duration_s: float) -> float:
+        if self.level <= 0:
+            return 1.0
+        if self.clock_s >= self.next_change_s:
+            self.current = max(0.5, self.rng.gauss(1.0, self.level))
+            self.next_change_s = self.clock_s + self.period_s
+        self.clock_s += duration_s
+        return max(0.2, self.current * (1.0 + self.rng.gauss(0.0, self.jitter)))
+
+
+class ServingEngine:
+    """SGLang's scheduler over one configuration's modelled costs. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        timer: StepTimer,
+        kv_tokens: int,
+        max_running: int,
+        max_bs: int,
+        cuda_graph: bool,
+        chunk: int,
+        acceptance: AcceptanceModel | None,
+        acceptance_by_temperature: dict[float, AcceptanceModel] | None = None,
+        noise: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        self.timer = timer
+        self.config = timer.config
+        self.kv_tokens = kv_tokens
+        self.max_running = max_running
+        self.max_bs = max_bs
+        self.cuda_graph = cuda_graph
+        self.chunk = max(1, chunk)
+        self._acceptance = acceptance
+        self._by_temp = acceptance_by_temperature or {}
+        self.rng = random.Random(seed)
+        self.noise = _Noise(noise, noise * 0.5, random.Random(seed + 1))
+        self.waiting: deque[_Req] = deque()
+        self.prefilling: list[_Req] = []
+        self.running: list[_Req] = []
+        self.stats = EngineStats(max_total_num_tokens=kv_tokens)
+        self._reserved = 0
+
+    # --- requests --------------------------------------------------------------------------
+    def submit(self, request: SimRequest) -> None:
+        req = _Req(
+            request.rid,
+            max(1, request.prompt_tokens),
+            max(1, request.max_new_tokens),
+            request.temperature,
+        )
+        self.waiting.append(req)
+        self.stats.num_requests_total += 1
+        self._refresh()
+
+    def cancel(self, rid: str) -> None:
+        for group in (self.running, self.prefilling):
+            for req in group:
+                if req.rid == rid:
+                    group.remove(req)
+                    self._reserved -= req.reserved
+                    self._refresh()
+                    return
+        for req in list(self.waiting):
+            if req.rid == rid:
+                self.waiting.remove(req)
+        self._refresh()
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.prefilling or self.running)
+
+    def fits(self, prompt_tokens: int, max_new_tokens: int) -> bool:
+        """Whether a request could ever be admitted (its whole budget fits the KV pool)."""
+        return prompt_tokens + max_new_tokens <= self.kv_tokens
+
+    # --- stepping --------------------------------------------------------------------------
+    def step(self, max_cycles: int = 1) -> StepResult:
+        self._admit()
+        if self.prefilling:
+            return self._prefill_step()
+        if not self.running:
+            return StepResult(0.0, "idle", running=0, queued=len(self.waiting))
+        cycles = 1
+        if max_cycles > 1 and self.noise.level <= 0 and not self._admittable():
+            cycles = max(1, min(max_cycles, self._cycles_until_finish()))
+        return self._decode_step(cycles)
+
+    def _admittable(self) -> bool:
+        if not self.waiting:
+            return False
+        head = self.waiting[0]
+        room = self.kv_tokens - self._reserved
+        slots = self.max_running - len(self.running) - len(self.prefilling)
+        return slots > 0 and head.reserved <= room
+
+    def _admit(self) -> None:
+        while self._admittable():
+            req = self.waiting.popleft()
+            self._reserved += req.reserved
+            self.prefilling.append(req)
+        # a request larger than the whole pool can never run: SGLang rejects it
+        while self.waiting and self.waiting[0].reserved > self.kv_tokens:
+            self.waiting.popleft()
+
+    def _prefill_step(self) -> StepResult:
+        budget = self.chunk
+        events: list[TokenEvent] = []
+        tokens = 0
+        context = 0
+        done: list[_Req] = []
+        for req in self.prefilling:
+            if budget <= 0:
+                break
+            take = min(budget, req.prompt - req.prefilled)
+            context += req.prefilled
+            req.prefilled += take
+            budget -= take
+            tokens += take
+            if req.prefilled >= req.prompt:
+                done.append(req)
+        duration = self.timer.prefill_ms(tokens, context) / 1000.0
+        duration *= self.noise.factor(duration)
+        decoding = len(self.running)
+        for req in done:
+            self.prefilling.remove(req)
+            req.generated = 1  # the prefill pass samples the first token
+            self.running.append(req)
+            self.stats.prompt_tokens_total += req.prompt
+            self.stats.generation_tokens_total += 1
+            finished = req.generated >= req.max_new
+            events.append(TokenEvent(req.rid, 1, finished, prefill_tokens=req.prompt))
+            if finished:
+                self._finish(req)
+        self._refresh()
+        return StepResult(duration, "prefill", events, *self._counts(decoding))
+
+    def _acceptance_for(self, temperature: float) -> AcceptanceModel | None:
+        return self._by_temp.get(round(temperature, 2), self._acceptance)
+
+    def _tree(self, req: _Req) -> tuple[AcceptanceModel, DraftTree] | None:
+        cfg = self.config
+        model = self._acceptance_for(req.temperature)
+        if model is None or not cfg.speculative:
+            return None
+        tree = model.tree(
+            cfg.speculative_num_steps or 1,
+            cfg.speculative_eagle_topk or 1,
+            cfg.speculative_num_draft_tokens or ((cfg.speculative_num_steps or 1) + 1),
+        )
+        return model, tree
+
+    def _cycles_until_finish(self) -> int:
+        best = None
+        for req in self.running:
+            remaining = req.max_new - req.generated
+            pair = self._tree(req)
+            per_cycle = 1.0 if pair is None else pair[1].expected_accept_length
+            k = max(1, math.ceil((remaining - 0.5) / per_cycle))
+            best = k if best is None else min(best, k)
+        return best or 1
+
+    def _decode_step(self, cycles: int) -> StepResult:
+        batch = len(self.running)
+        graph = self.cuda_graph and batch <= self.max_bs
+        context = float(sum(req.kv for req in self.running))
+        events: list[TokenEvent] = []
+        gained_total = 0
+        per_req: list[tuple[_Req, int, int]] = []  # req, new tokens, accepted drafts
+        expected_gain = 0.0
+        for req in self.running:
+            pair = self._tree(req)
+            remaining = req.max_new - req.generated
+            if pair is None:
+                gain, accepted = min(cycles, remaining), 0
+                expected_gain += 1.0
+            elif self.noise.level <= 0:
+                e_acc = pair[1].expected_accept_length - 1.0
+                total = req.frac + cycles * e_acc
+                accepted = math.floor(total)
+                req.frac = total - accepted
+                gain = min(remaining, cycles + accepted)
+                accepted = max(0, gain - cycles)
+                expected_gain += 1.0 + e_acc
+            else:
+                accepted = pair[0].sample_accepted(pair[1], self.rng)
+                gain = min(remaining, 1 + accepted)
+                accepted = max(0, gain - 1)
+                expected_gain += 1.0 + pair[1].expected_accept_length - 1.0
+            per_req.append((req, gain, accepted))
+            gained_total += gain
+        duration = self._duration(batch, context, expected_gain, cycles, graph)
+        duration *= self.noise.factor(duration)
+        for req, gain, accepted in per_req:
+            req.generated += gain
+            verify = cycles if self.config.speculative else 0
+            req.verify_ct += verify
+            req.accepted += accepted
+            self.stats.verify_ct_total += verify
+            self.stats.accepted_drafts_total += accepted
+            finished = req.generated >= req.max_new
+            events.append(
+                TokenEvent(req.rid, gain, finished, verify=verify, accepted_drafts=accepted)
+            )
+            if finished:
+                self._finish(req)
+        self.stats.generation_tokens_total += gained_total
+        if duration > 0:
+            self.stats.last_gen_throughput = gained_total / duration
+        self._refresh()
+        return StepResult(duration, "decode", events, *self._counts(batch))
+
+    def _duration(self, batch: int, context: float, gain: float, cycles: int, graph: bool) -> float:
+        """Seconds for ``cycles`` steps; the context grows by ``gain`` tokens per step."""
+        total_ms = 0.0
+        ctx = context
+        for _ in range(cycles):
+            total_ms += self._one_ms(batch, ctx, gain, graph)
+            ctx += gain
+        return total_ms / 1000.0
+
+    def _one_ms(self, batch: int, context: float, gain: float, graph: bool) -> float:
+        if self.config.speculative and self._acceptance is not None:
+            return self.timer.cycle_ms(batch, context, gain, graph=graph)
+        return self.timer.decode_ms(batch, context, graph=graph)
+
+    def _finish(self, req: _Req) -> None:
+        if req in self.running:
+            self.running.remove(req)
+        self._reserved -= req.reserved
+
+    def _counts(self, batch: int | None = None) -> tuple[int, int, int]:
+        running = len(self.running) if batch is None else batch
+        return running, len(self.waiting), self.stats.used_tokens
+
+    def _refresh(self) -> None:
+        self.stats.running = len(self.running) + len(self.prefilling)
+        self.stats.queued = len(self.waiting)
+        self.stats.used_tokens = sum(r.kv for r in self.running) + sum(
+            r.prefilled for r in self.prefilling
+        )

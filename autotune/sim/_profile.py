@@ -1,0 +1,403 @@
+"""Simulator profiles: hardware, model, draft heads and workloads, as data files.
+
+A profile is a YAML file with five sections (``hardware``, ``model``, ``drafts``, ``startup``,
+``workloads``); the shipped ones live in ``autotune/sim/profiles/``. Every figure in a profile is
+either a measured fact (with its source in a comment) or a modelling choice (with its reasoning),
+so a user can describe their own box by copying one and changing what differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from autotune._errors import ConfigError
+from autotune.bench._workload import WorkloadSpec
+
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One all-reduce algorithm/protocol: ``alpha_us + kib * us_per_kib``.
+
+    It applies to messages of ``min_kib`` up to ``max_kib`` KiB.
+    """
+
+    alpha_us: float
+    us_per_kib: float
+    max_kib: float | None = None
+    min_kib: float | None = None
+
+
+@dataclass(frozen=True)
+class AllReduceMode:
+    """How one all-reduce mode behaves on this hardware.
+
+    ``protocols``: the fastest applicable one is used for each message (NCCL picks by size).
+    ``failure``: when set, the mode does not work here; the value names the failure (see
+    :mod:`autotune.sim._startup`). ``failure_with_graphs``: fails only under CUDA-graph capture.
+    """
+
+    protocols: tuple[Protocol, ...] = ()
+    extra_memory_gib: float = 0.0
+    failure: str | None = None
+    failure_with_graphs: str | None = None
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpu_name: str
+    gpu_count: int
+    memory_gib: float
+    mem_bw_tbs: float
+    mem_efficiency: float
+    bf16_tflops: float
+    compute_efficiency: float
+    compute_capability: tuple[int, int]
+    interconnect: str
+    context_gib: float
+    allreduce: Mapping[str, AllReduceMode]
+    default_allreduce: str = "custom"
+
+
+@dataclass(frozen=True)
+class MoE:
+    routed_experts: int
+    experts_per_token: int
+    shared_experts: int
+    expert_gib: float  # one expert of one layer, all tensor-parallel shards together
+    moe_layers: int
+    #: Locality of routing: consecutive tokens of one request share experts. Effective token count
+    #: for distinct-expert reads is tokens ** routing_locality (1.0 = independent routing).
+    routing_locality: float = 1.0
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    architecture: str
+    layers: int
+    hidden: int
+    vocab_size: int
+    context_length: int
+    weights_gib: float  # on all GPUs together
+    dense_gib: float  # weights read by every forward pass (everything but routed experts)
+    flops_per_token_g: float  # 2 x active parameters, GFLOP
+    kv_bytes_per_token: int  # all layers, per GPU replica
+    kv_sharded: bool  # GQA heads split over tensor parallel ranks; MLA latent cache is not
+    allreduces_per_layer: int
+    moe: MoE | None = None
+    #: Weights every rank holds in full on top of its shard (GiB per GPU).
+    replicated_gib: float = 0.0
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Acceptance of a draft head: see :mod:`autotune.sim._acceptance`."""
+
+    p1: float
+    decay: float
+    floor: float
+    rank_share: float
+    rank_ratio: float
+    temperature_penalty: float
+
+
+@dataclass(frozen=True)
+class Draft:
+    algorithm: str
+    architecture: str
+    weights_gib: float  # per GPU (replicated embed/lm_head copies included)
+    step_gib: float  # weights read per draft forward, per GPU
+    kv_bytes_per_token: int
+    collectives_per_step: int
+    step_overhead_ms: float
+    acceptance: Acceptance
+    #: Extra per draft step for each branch beyond the first (top-k selection, tree building).
+    branch_overhead_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class AutoFraction:
+    """SGLang's automatic ``mem_fraction_static`` (reserved memory rule), per profile."""
+
+    base_mib: float
+    per_chunk_token_mib: float
+    per_tp_mib: float
+    per_graph_token_mib: float
+    speculative_mib: float
+    floor_gib: float
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Per-step overheads and memory needs outside the static pool."""
+
+    step_overhead_ms: float  # scheduler + sampling per forward with CUDA graphs
+    eager_overhead_ms: float  # extra per forward without CUDA graphs (kernel launches)
+    spec_cycle_overhead_ms: float  # CPU work and syncs of one speculative cycle
+    tree_overhead_ms_per_token: float  # tree mask / verify bookkeeping per verified token
+    activation_gib: float  # workspace for prefill chunks and sampling
+    graph_base_gib: float  # CUDA-graph pool, fixed part
+    graph_gib_per_token: float  # CUDA-graph pool per captured token
+    default_cuda_graph_max_bs: int
+    default_chunked_prefill: int
+    default_max_running_requests: int
+    auto_fraction: AutoFraction
+
+
+@dataclass(frozen=True)
+class Startup:
+    init_s: float
+    weight_load_s: float
+    draft_load_s: float
+    kv_alloc_s: float
+    graph_capture_base_s: float
+    graph_capture_per_size_s: float
+    warmup_s: float
+    slow_tokenizer: bool = False
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    source: str
+    hardware: Hardware
+    model: Model
+    drafts: Mapping[str, Draft]
+    runtime: Runtime
+    startup: Startup
+    workloads: Mapping[str, WorkloadSpec]
+    acceptance_scale: Mapping[str, float]
+    default_workload_name: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def default_workload(self) -> WorkloadSpec:
+        return self.workloads[self.default_workload_name]
+
+    def workload(self, name: str | None) -> WorkloadSpec:
+        if name is None:
+            return self.default_workload
+        if name not in self.workloads:
+            raise ConfigError(
+                f"profile {self.name!r} has no workload {name!r}",
+                hint="workloads of this profile: " + ", ".join(self.workloads),
+            )
+        return self.workloads[name]
+
+    def draft(self, algorithm: str) -> Draft | None:
+        return self.drafts.get(algorithm)
+
+    def draft_weights_gib(self, algorithm: str) -> float | None:
+        draft = self.drafts.get(algorithm)
+        return None if draft is None else draft.weights_gib
+
+
+def list_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """Load a shipped profile by name, or a user's profile file by path.
+
+    Raises:
+        ConfigError: unknown name, unreadable file, or a key that is missing, unknown or of the
+            wrong type (the message names the file and the key).
+    """
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        path = PROFILE_DIR / f"{text}.yaml"
+        if not path.is_file():
+            close = difflib.get_close_matches(text, list_profiles(), n=1)
+            raise ConfigError(
+                f"unknown simulator profile {text!r}",
+                hint=(f"did you mean {close[0]!r}? " if close else "")
+                + "shipped profiles: "
+                + ", ".join(list_profiles())
+                + "; or give the path of a profile file",
+            )
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read profile file: {e.strerror}", source=path) from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"profile file is not valid YAML: {e}", source=path) from e
+    return _Reader(path).profile(raw)
+
+
+T = TypeVar("T")
+
+
+class _Reader:
+    """Turns the YAML mapping into frozen dataclasses, naming the key of any mistake."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, message: str, hint: str | None = None) -> ConfigError:
+        return ConfigError(message, source=self.path, location=where, hint=hint)
+
+    def build(self, cls: type[T], data: Any, where: str, **converters: Any) -> T:
+        if not isinstance(data, Mapping):
+            raise self.fail(where, "expected a mapping")
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], list(fields), n=1)
+            raise self.fail(
+                f"{where}.{unknown[0]}",
+                f"unknown key {unknown[0]!r}",
+                hint=(f"did you mean {close[0]!r}? " if close else "")
+                + "allowed: "
+                + ", ".join(fields),
+            )
+        values: dict[str, Any] = {}
+        for name, f in fields.items():
+            key = f"{where}.{name}"
+            if name not in data:
+                has_default = f.default is not dataclasses.MISSING
+                if has_default or f.default_factory is not dataclasses.MISSING:
+                    continue
+                raise self.fail(key, "missing key")
+            value = data[name]
+            if name in converters:
+                values[name] = converters[name](value, key)
+            else:
+                values[name] = self.scalar(value, f.type, key)
+        return cls(**values)
+
+    def scalar(self, value: Any, annotation: Any, where: str) -> Any:
+        kind = str(annotation)
+        if kind.startswith("float"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                if value is None and "None" in kind:
+                    return None
+                raise self.fail(where, f"expected a number, got {value!r}")
+            return float(value)
+        if kind.startswith("int"):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self.fail(where, f"expected an integer, got {value!r}")
+            return value
+        if kind.startswith("bool"):
+            if not isinstance(value, bool):
+                raise self.fail(where, f"expected true or false, got {value!r}")
+            return value
+        if kind.startswith("str"):
+            if value is None and "None" in kind:
+                return None
+            if not isinstance(value, str):
+                raise self.fail(where, f"expected a string, got {value!r}")
+            return value
+        return value
+
+    def profile(self, raw: Any) -> Profile:
+        if not isinstance(raw, Mapping):
+            raise self.fail("", "a profile must be a mapping")
+        workloads_raw = raw.get("workloads")
+        if not isinstance(workloads_raw, Mapping) or not workloads_raw:
+            raise self.fail("workloads", "expected a non-empty mapping of named workloads")
+        workloads: dict[str, WorkloadSpec] = {}
+        scales: dict[str, float] = {}
+        for wname, wdata in workloads_raw.items():
+            if not isinstance(wdata, Mapping):
+                raise self.fail(f"workloads.{wname}", "expected a mapping")
+            wdata = dict(wdata)
+            scale = wdata.pop("acceptance_scale", 1.0)
+            scales[str(wname)] = float(self.scalar(scale, "float", f"workloads.{wname}"))
+            wdata.setdefault("name", str(wname))
+            workloads[str(wname)] = WorkloadSpec.from_mapping(
+                wdata, source=self.path, location=f"workloads.{wname}"
+            )
+        default = raw.get("default_workload", next(iter(workloads)))
+        if default not in workloads:
+            raise self.fail("default_workload", f"no workload named {default!r}")
+        drafts_raw = raw.get("drafts", {})
+        if not isinstance(drafts_raw, Mapping):
+            raise self.fail("drafts", "expected a mapping of algorithm -> draft head")
+        drafts = {
+            str(alg): self.build(
+                Draft,
+                {"algorithm": str(alg), **d} if isinstance(d, Mapping) else d,
+                f"drafts.{alg}",
+                acceptance=lambda v, w: self.build(Acceptance, v, w),
+            )
+            for alg, d in drafts_raw.items()
+        }
+        hardware = self.build(
+            Hardware,
+            raw.get("hardware"),
+            "hardware",
+            compute_capability=self.capability,
+            allreduce=self.allreduce,
+        )
+        model = self.build(
+            Model,
+            raw.get("model"),
+            "model",
+            moe=lambda v, w: None if v is None else self.build(MoE, v, w),
+        )
+        runtime = self.build(
+            Runtime,
+            raw.get("runtime"),
+            "runtime",
+            auto_fraction=lambda v, w: self.build(AutoFraction, v, w),
+        )
+        startup = self.build(Startup, raw.get("startup"), "startup")
+        name = raw.get("name", self.path.stem)
+        notes = raw.get("notes", [])
+        return Profile(
+            name=str(name),
+            description=str(raw.get("description", "")),
+            source=str(self.path),
+            hardware=hardware,
+            model=model,
+            drafts=drafts,
+            runtime=runtime,
+            startup=startup,
+            workloads=workloads,
+            acceptance_scale=scales,
+            default_workload_name=str(default),
+            notes=tuple(str(n) for n in notes),
+        )
+
+    def capability(self, value: Any, where: str) -> tuple[int, int]:
+        if (
+            not isinstance(value, (list, tuple))
+            or len(value) != 2
+            or not all(isinstance(v, int) for v in value)
+        ):
+            raise self.fail(where, f"expected [major, minor], got {value!r}")
+        return (int(value[0]), int(value[1]))
+
+    def allreduce(self, value: Any, where: str) -> dict[str, AllReduceMode]:
+        from autotune._knobs import ALLREDUCE_MODES
+
+        if not isinstance(value, Mapping):
+            raise self.fail(where, "expected a mapping of all-reduce modes")
+        modes: dict[str, AllReduceMode] = {}
+        for mode, data in value.items():
+            if mode not in ALLREDUCE_MODES:
+                raise self.fail(
+                    f"{where}.{mode}",
+                    f"unknown all-reduce mode {mode!r}",
+                    hint="modes: " + ", ".join(ALLREDUCE_MODES),
+                )
+            modes[mode] = self.build(
+                AllReduceMode,
+                data,
+                f"{where}.{mode}",
+                protocols=lambda v, w: tuple(
+                    self.build(Protocol, p, f"{w}[{i}]") for i, p in enumerate(v or [])
+                ),
+            )
+        return modes

@@ -1,0 +1,374 @@
+"""Reading a space file into a :class:`SearchSpace`, checking every key before anything launches.
+
+Every error names the file, the line and the key path (``eagle3.yaml:17
+(parameters.speculative_eagle_topk.choices): ...``), says what is allowed, and how to fix it.
+The format is documented in ``search_spaces/README.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune._errors import ConfigError
+from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
+from autotune.bench._workload import WorkloadSpec
+from autotune.engines._spec import ENGINE_KINDS, EngineSpec, SimOptions, Timeouts
+from autotune.space._loader import Document, Section, load_document, suggest
+from autotune.space._params import ENGINE_KNOBS, ParamSpec, coerce_knob, parse_param
+from autotune.space._rules import check_rules, check_shape
+from autotune.space._space import SearchSpace, parse_objective
+
+_TOP = ("name", "description", "engine", "workload", "objective", "fixed", "parameters", "enqueue")
+_ENGINE = (
+    *("kind", "model_path", "draft_model_path", "tp_size", "host", "port", "python"),
+    *("launch_prefix", "extra_args", "env", "sglang_version", "check_paths", "timeouts", "sim"),
+)
+_TIMEOUTS = ("startup_s", "benchmark_s", "request_s", "stop_s", "gpu_release_s")
+_SIM = ("profile", "dialect", "time_scale", "noise", "seed", "faults")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: SGLang flags autotune sets itself, and the key of the space file that decides each.
+_OWNED_FLAGS = {
+    "--model-path": "engine.model_path",
+    "--model": "engine.model_path",
+    "--speculative-draft-model-path": "engine.draft_model_path",
+    "--speculative-draft-model": "engine.draft_model_path",
+    "--tp-size": "engine.tp_size",
+    "--tp": "engine.tp_size",
+    "--tensor-parallel-size": "engine.tp_size",
+    "--host": "engine.host",
+    "--port": "engine.port",
+    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",
+    "--disable-custom-all-reduce": "allreduce",
+    "--enable-torch-symm-mem": "allreduce",
+    "--enable-symm-mem": "allreduce",
+    "--enable-mscclpp": "allreduce",
+    "--enable-flashinfer-allreduce-fusion": "allreduce",
+    **{
+        "--" + k.replace("_", "-"): k
+        for k in ServerConfig.knob_names()
+        if k not in ("allreduce", "tp_size")
+    },
+}
+
+
+def load_space(path: str | os.PathLike[str]) -> SearchSpace:
+    """Read and validate the space file at ``path``.
+
+    Raises:
+        ConfigError: the file cannot be read, or something in it is invalid (file:line (key)).
+    """
+    source = os.fspath(path)
+    file = Path(source).expanduser()
+    hint = "the spaces shipped with autotune are in search_spaces/"
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise ConfigError("space file does not exist", source=source, hint=hint) from e
+    except IsADirectoryError as e:
+        raise ConfigError("is a directory, not a space file", source=source, hint=hint) from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not UTF-8 text ({e.reason})", source=source) from e
+    except OSError as e:
+        raise ConfigError(f"cannot read the space file: {e.strerror}", source=source) from e
+    return parse_space(text, source=source, base_dir=file.resolve().parent)
+
+
+def parse_space(
+    text: str, *, source: str = "<string>", base_dir: Path | None = None
+) -> SearchSpace:
+    """Validate a space given as YAML text; relative paths are taken from ``base_dir``."""
+    doc = load_document(text, source=source)
+    root = doc.root()
+    root.check_keys(_TOP)
+    base = Path.cwd() if base_dir is None else base_dir
+    fixed = _parse_fixed(root.section("fixed"))
+    params = _parse_parameters(root, fixed)
+    engine = _parse_engine(root.section("engine"), base)
+    check_shape(root, engine, fixed, params)
+    workload = _parse_workload(doc, root, base)
+    objective = parse_objective(root.section("objective"))
+    enqueue = root.section("enqueue")
+    enqueue.check_keys(("baseline", "configs"))
+    return SearchSpace(
+        name=_parse_name(root, source),
+        source=source,
+        engine=engine,
+        workload=workload,
+        objective=objective,
+        fixed=fixed,
+        parameters=params,
+        baseline=_parse_baseline(enqueue),
+        enqueued=_parse_enqueued(enqueue, fixed, params, engine.tp_size),
+        description=root.string("description"),
+    )
+
+
+def _parse_name(root: Section, source: str) -> str:
+    if "name" not in root:
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(source).stem).strip("-._")
+        return name or "space"
+    name = str(root.string("name"))
+    if not _NAME.match(name):
+        raise root.error(
+            f"{name!r} is not a usable study name",
+            "name",
+            hint="use letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
+    return name
+
+
+def _parse_fixed(sec: Section) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for knob, raw in sec.data.items():
+        _check_knob(sec, knob)
+        out[knob] = _value(sec, knob, knob, raw)
+    return out
+
+
+def _parse_parameters(root: Section, fixed: Mapping[str, Any]) -> tuple[ParamSpec, ...]:
+    sec = root.section("parameters")
+    if not sec.data:
+        raise root.error(
+            "a space needs at least one parameter to tune",
+            "parameters",
+            hint="e.g. parameters: {speculative_num_steps: {type: int, low: 1, high: 6}}",
+        )
+    names = [str(k) for k in sec.data]
+    earlier: dict[str, ParamSpec] = {}
+    for knob in sec.data:
+        _check_knob(sec, knob)
+        if knob in fixed:
+            raise sec.error(
+                f"{knob} is both fixed and tuned",
+                knob,
+                hint=f"remove {knob} from fixed: or from parameters:",
+            )
+        earlier[knob] = parse_param(sec.section(knob, required=True), earlier, fixed, names)
+    return tuple(earlier.values())
+
+
+def _check_knob(sec: Section, knob: Any) -> None:
+    if knob in ENGINE_KNOBS:
+        raise sec.error(
+            f"{knob} is set by the engine section", knob, hint=f"set engine.{knob} instead"
+        )
+    knobs = [k for k in ServerConfig.knob_names() if k not in ENGINE_KNOBS]
+    if knob not in knobs:
+        raise sec.error(f"unknown knob {knob!r}", knob, hint=suggest(str(knob), knobs))
+
+
+def _value(sec: Section, key: Any, knob: str, raw: Any) -> Any:
+    try:
+        return coerce_knob(knob, raw)
+    except ConfigError as e:
+        raise sec.error(e.message, key, hint=e.hint) from None
+
+
+def _parse_engine(sec: Section, base: Path) -> EngineSpec:
+    sec.check_keys(_ENGINE)
+    kind = sec.get("kind", "sim")
+    if kind not in ENGINE_KINDS:
+        raise sec.error(
+            f"unknown engine kind {kind!r}", "kind", hint="allowed: " + ", ".join(ENGINE_KINDS)
+        )
+    prefix = sec.strings("launch_prefix")
+    check = sec.boolean("check_paths", True) and kind == "sglang"
+    model = sec.string("model_path", None if kind == "sglang" else EngineSpec.model_path)
+    if model is None:
+        raise sec.error("missing key 'model_path'", hint="the directory or hub id of the model")
+    draft = sec.string("draft_model_path")
+    if check:
+        model = _local_dir(sec, "model_path", model, base)
+        draft = None if draft is None else _local_dir(sec, "draft_model_path", draft, base)
+    python = sec.string("python")
+    if python is not None and kind == "sglang" and not prefix:
+        python = _interpreter(sec, python, base, check)
+    env = sec.section("env")
+    env_out: dict[str, str] = {}
+    for key, raw in env.data.items():
+        if not isinstance(key, str) or isinstance(raw, (bool, list, dict)) or raw is None:
+            raise env.error(
+                f"must be NAME: text, got {key!r}: {raw!r}", key, hint="quote the value"
+            )
+        if key == "NCCL_ALGO":
+            raise env.error(
+                "NCCL_ALGO is set by the allreduce knob",
+                key,
+                hint="use allreduce: nccl_tree or nccl_ring",
+            )
+        env_out[key] = str(raw)
+    extra = sec.strings("extra_args")
+    for i, arg in enumerate(extra):
+        owner = _OWNED_FLAGS.get(arg.split("=", 1)[0])
+        if owner is not None:
+            where = "under fixed: or parameters:" if "." not in owner else "in the space file"
+            raise sec.doc.error(
+                f"extra_args sets {arg.split('=', 1)[0]}, which autotune sets from {owner}",
+                (*sec.path, "extra_args", i),
+                hint=f"set {owner} {where} instead",
+            )
+    version = sec.string("sglang_version")
+    return EngineSpec(
+        kind=kind,
+        model_path=model,
+        draft_model_path=draft,
+        tp_size=sec.integer("tp_size", 1, minimum=1),
+        host=sec.string("host", "127.0.0.1"),
+        port=sec.integer("port", 30000, minimum=1, maximum=65535),
+        python=python,
+        launch_prefix=prefix,
+        extra_args=extra,
+        env=env_out,
+        sglang_version=version,
+        check_paths=sec.boolean("check_paths", True),
+        timeouts=_parse_timeouts(sec.section("timeouts")),
+        sim=_parse_sim(sec.section("sim")),
+    )
+
+
+def _local_dir(sec: Section, key: str, raw: str, base: Path) -> str:
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    if not path.is_dir():
+        raise sec.error(
+            f"{key} {str(path)!r} is not a directory on this machine",
+            key,
+            hint="for a hub id or a path on a remote box (launch_prefix), set check_paths: false",
+        )
+    return str(path)
+
+
+def _interpreter(sec: Section, raw: str, base: Path, check: bool) -> str:
+    """A path (relative ones from the space's directory) or a name looked up on PATH."""
+    if "/" in raw:
+        path = Path(raw).expanduser()
+        resolved = str(path if path.is_absolute() else base / path)
+        found = Path(resolved).is_file()
+    else:
+        resolved = raw
+        found = shutil.which(raw) is not None
+    if check and not found:
+        raise sec.error(
+            f"python interpreter {resolved!r} not found",
+            "python",
+            hint="name the bin/python of the environment SGLang is installed in",
+        )
+    return resolved
+
+
+def _parse_timeouts(sec: Section) -> Timeouts:
+    sec.check_keys(_TIMEOUTS)
+    defaults = Timeouts()
+    return Timeouts(**{k: sec.number(k, getattr(defaults, k), positive=True) for k in _TIMEOUTS})
+
+
+def _parse_sim(sec: Section) -> SimOptions:
+    sec.check_keys(_SIM)
+    d = SimOptions()
+    return SimOptions(
+        profile=sec.string("profile", d.profile),
+        dialect=sec.string("dialect", d.dialect),
+        time_scale=sec.number("time_scale", d.time_scale, positive=True),
+        noise=sec.number("noise", d.noise),
+        seed=sec.integer("seed", None, minimum=0),
+        faults=sec.strings("faults"),
+    )
+
+
+def _parse_workload(doc: Document, root: Section, base: Path) -> WorkloadSpec:
+    raw = root.get("workload")
+    if raw is None:
+        return WorkloadSpec()
+    try:
+        return WorkloadSpec.from_mapping(raw, source=doc.source, location="workload", base_dir=base)
+    except ConfigError as e:
+        raise doc.relocate(e) from None
+
+
+def _parse_baseline(sec: Section) -> dict[str, Any] | None:
+    raw = sec.get("baseline", True)
+    if raw is True or raw is None:
+        return {}
+    if raw is False:
+        return None
+    if not isinstance(raw, dict):
+        raise sec.error(f"must be true, false or a mapping of knobs, got {raw!r}", "baseline")
+    base = sec.section("baseline")
+    out: dict[str, Any] = {}
+    for knob, value in base.data.items():
+        _check_knob(base, knob)
+        if knob == "speculative_algorithm" or knob in SPECULATIVE_NUMBERS:
+            raise base.error(
+                f"the baseline runs without speculative decoding; {knob} cannot be set",
+                knob,
+                hint="an enqueued config under enqueue.configs runs a speculative configuration",
+            )
+        out[knob] = _value(base, knob, knob, value)
+    return out
+
+
+def _parse_enqueued(
+    sec: Section, fixed: Mapping[str, Any], params: tuple[ParamSpec, ...], tp_size: int
+) -> tuple[dict[str, Any], ...]:
+    raw = sec.get("configs") or []
+    if not isinstance(raw, list):
+        raise sec.error("configs must be a list of knob mappings", "configs")
+    out = []
+    for i, item in enumerate(raw):
+        path = (*sec.path, "configs", i)
+        if not isinstance(item, dict):
+            raise sec.doc.error("an enqueued config must be a mapping of knobs", path)
+        out.append(_enqueued(Section(sec.doc, path, item), fixed, params, tp_size))
+    return tuple(out)
+
+
+def _enqueued(
+    c: Section, fixed: Mapping[str, Any], params: tuple[ParamSpec, ...], tp_size: int
+) -> dict[str, Any]:
+    tuned = {p.name: p for p in params}
+    for knob, raw in c.data.items():
+        if knob in fixed:
+            if _value(c, knob, str(knob), raw) != fixed[knob]:
+                raise c.error(
+                    f"{knob} is fixed at {fixed[knob]!r} in this space",
+                    knob,
+                    hint=f"drop {knob} here",
+                )
+        elif knob not in tuned:
+            raise c.error(
+                f"{knob!r} is not a parameter of this space", knob, hint=suggest(str(knob), tuned)
+            )
+    values: dict[str, Any] = {}
+    for p in params:
+        if not p.active(values):
+            if p.name in c:
+                raise c.error(
+                    f"{p.name} does not apply to this config: {p.name} is {p.describe()}",
+                    p.name,
+                    hint=f"drop {p.name} from this config",
+                )
+            continue
+        if p.name not in c:
+            raise c.error(f"missing parameter {p.name}", hint=f"add {p.name} ({p.describe()})")
+        value = _value(c, p.name, p.name, c.get(p.name))
+        if not p.contains(value):
+            raise c.error(
+                f"{p.name}={c.get(p.name)!r} is outside the space",
+                p.name,
+                hint=f"{p.name} is {p.describe()}",
+            )
+        values[p.name] = value
+    refusal = check_rules(ServerConfig.from_params({**fixed, **values, "tp_size": tp_size}))
+    if refusal is not None:
+        raise c.error(
+            f"SGLang would not run this config as written: {refusal.reason}",
+            refusal.knob,
+            hint="change the config to one SGLang runs as given, or drop it",
+        )
+    return values

@@ -1,0 +1,336 @@
+"""The search space of a study: what is tuned, what is fixed, what is measured, what runs first."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import textwrap
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
+from autotune.bench._workload import WorkloadSpec
+from autotune.engines._spec import EngineSpec
+from autotune.space._loader import Section, suggest
+from autotune.space._params import ParamSpec
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
+
+#: Metrics an objective or a constraint may name, with the direction that is better.
+METRICS: Mapping[str, str] = {
+    "output_tok_s": "maximize",
+    "total_tok_s": "maximize",
+    "request_throughput": "maximize",
+    "accept_length": "maximize",
+    "ttft_p99_ms": "minimize",
+    "itl_p99_ms": "minimize",
+    "tpot_p99_ms": "minimize",
+    "e2e_p99_ms": "minimize",
+}
+SCORES = ("median", "conservative")
+_FINGERPRINT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ConstraintSpec:
+    """A ceiling (``max``) and/or floor (``min``) on one metric."""
+
+    metric: str
+    max: float | None = None
+    min: float | None = None
+
+    def violation(self, value: float | None) -> float:
+        """How far ``value`` is outside the bounds, relative to the bound: <= 0 is feasible.
+
+        A missing measurement (``None`` or NaN) counts as infeasible (1.0).
+        """
+        if value is None or math.isnan(value):
+            return 1.0
+        worst = -math.inf
+        if self.max is not None:
+            worst = max(worst, (value - self.max) / (abs(self.max) or 1.0))
+        if self.min is not None:
+            worst = max(worst, (self.min - value) / (abs(self.min) or 1.0))
+        return worst
+
+    def describe(self) -> str:
+        parts = []
+        if self.min is not None:
+            parts.append(f"{self.metric} >= {self.min:g}")
+        if self.max is not None:
+            parts.append(f"{self.metric} <= {self.max:g}")
+        return " and ".join(parts)
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """What a trial is scored by: a metric, its direction, how repeats are combined.
+
+    ``score`` ``median`` takes the median over the workload's repeats; ``conservative`` takes
+    ``median - mad_k * MAD`` when maximising (``+`` when minimising), so a noisy configuration
+    does not win on one lucky run.
+    """
+
+    metric: str = "output_tok_s"
+    direction: str = "maximize"
+    score: str = "median"
+    mad_k: float = 1.0
+    constraints: tuple[ConstraintSpec, ...] = ()
+
+    def describe(self) -> str:
+        text = f"{self.direction} {self.metric}"
+        if self.score == "conservative":
+            text += f" (conservative: median {'-' if self.direction == 'maximize' else '+'}"
+            text += f" {self.mad_k:g} x MAD over repeats)"
+        else:
+            text += " (median over repeats)"
+        return text
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A validated space file. Build it with :func:`autotune.space.load_space`."""
+
+    name: str
+    source: str
+    engine: EngineSpec
+    workload: WorkloadSpec
+    objective: ObjectiveSpec
+    fixed: Mapping[str, Any]
+    parameters: tuple[ParamSpec, ...]
+    baseline: Mapping[str, Any] | None
+    enqueued: tuple[Mapping[str, Any], ...] = ()
+    description: str | None = None
+
+    @property
+    def conditional(self) -> bool:
+        """Whether some parameter is only suggested under a condition."""
+        return any(p.when for p in self.parameters)
+
+    def parameter(self, name: str) -> ParamSpec | None:
+        return next((p for p in self.parameters if p.name == name), None)
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Ask ``trial`` for every parameter whose condition holds, in file order."""
+        values: dict[str, Any] = {}
+        for param in self.parameters:
+            if param.active(values):
+                values[param.name] = param.suggest(trial)
+        return values
+
+    def config_for(self, params: Mapping[str, Any]) -> ServerConfig:
+        """The server configuration of ``params``: fixed knobs, then params, then tp_size.
+
+        ``params`` may come from Optuna's record of a trial; stepped floats are cleaned of
+        rounding noise so that the launch carries the value of the grid.
+        """
+        specs = {p.name: p for p in self.parameters}
+        cleaned = {k: specs[k].normalise(v) if k in specs else v for k, v in params.items()}
+        values = {**self.fixed, **cleaned, "tp_size": self.engine.tp_size}
+        return ServerConfig.from_params(values, source=self.source)
+
+    def baseline_config(self) -> ServerConfig:
+        """The no-speculation baseline: fixed knobs that do not speculate, then the baseline's."""
+        off = {"speculative_algorithm", *SPECULATIVE_NUMBERS}
+        values = {k: v for k, v in self.fixed.items() if k not in off}
+        values.update(self.baseline or {})
+        values["tp_size"] = self.engine.tp_size
+        return ServerConfig.from_params(values, source=self.source)
+
+    def distributions(self) -> dict[str, BaseDistribution]:
+        return {p.name: p.distribution() for p in self.parameters}
+
+    def fingerprint(self) -> str:
+        """A stable hash of parameters, fixed knobs, objective and workload.
+
+        Two loads of the same file agree; changing a range, a fixed knob, the objective or the
+        workload changes it. The engine section (ports, paths, timeouts) does not take part.
+        """
+        body = {
+            "version": _FINGERPRINT_VERSION,
+            "parameters": [
+                {
+                    **asdict(p),
+                    "when": None if p.when is None else {k: list(v) for k, v in p.when.items()},
+                }
+                for p in self.parameters
+            ],
+            "fixed": dict(sorted(self.fixed.items())),
+            "objective": asdict(self.objective),
+            "workload": self.workload.to_mapping(),
+        }
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def sample(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
+        """``n`` random proposals (parameters only), as a random sampler would make them."""
+        import optuna
+
+        verbosity = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            study = optuna.create_study(
+                sampler=optuna.samplers.RandomSampler(seed=seed), direction="maximize"
+            )
+            out = []
+            for _ in range(n):
+                trial = study.ask()
+                out.append(self.suggest(trial))
+                study.tell(trial, 0.0)
+        finally:
+            optuna.logging.set_verbosity(verbosity)
+        return out
+
+    def size(self) -> int | None:
+        """How many distinct configurations the space holds; None when a range is continuous."""
+        referenced = {k for p in self.parameters if p.when for k in p.when}
+
+        def count(i: int, chosen: dict[str, Any]) -> int | None:
+            if i == len(self.parameters):
+                return 1
+            param = self.parameters[i]
+            if not param.active(chosen):
+                return count(i + 1, chosen)
+            values = param.values()
+            if values is None:
+                return None
+            if param.name not in referenced:
+                rest = count(i + 1, chosen)
+                return None if rest is None else len(values) * rest
+            total = 0
+            for value in values:
+                sub = count(i + 1, {**chosen, param.name: value})
+                if sub is None:
+                    return None
+                total += sub
+            return total
+
+        return count(0, {})
+
+    def summary(self) -> str:
+        """A human summary: engine, workload, objective, parameters, fixed knobs, first trials."""
+        e, w = self.engine, self.workload
+        lines = [f"space {self.name} ({self.source})"]
+        if self.description:
+            lines.append(
+                textwrap.fill(
+                    self.description.strip(), 96, initial_indent="  ", subsequent_indent="  "
+                )
+            )
+        engine = f"engine:     {e.kind}"
+        if e.kind == "sim":
+            engine += f" (profile {e.sim.profile}, SGLang {e.sim.dialect} flags)"
+        elif e.sglang_version:
+            engine += f" (SGLang {e.sglang_version} flags)"
+        lines.append(f"{engine}, model {e.model_path}, tp {e.tp_size}")
+        if e.draft_model_path:
+            lines.append(f"            draft {e.draft_model_path}")
+        lines.append(f"workload:   {_describe_workload(w)}")
+        lines.append(f"objective:  {self.objective.describe()}")
+        for c in self.objective.constraints:
+            lines.append(f"            subject to {c.describe()}")
+        width = max(len(p.name) for p in self.parameters)
+        lines.append(f"parameters: {len(self.parameters)}")
+        for p in self.parameters:
+            lines.append(f"  {p.name:<{width}}  {p.describe()}")
+        if self.fixed:
+            lines.append("fixed:      " + _knobs(self.fixed))
+        if self.baseline is None:
+            lines.append("baseline:   off")
+        else:
+            extra = f", {_knobs(self.baseline)}" if self.baseline else ""
+            lines.append(f"baseline:   trial 0, no speculation{extra}")
+        for i, params in enumerate(self.enqueued):
+            lines.append(
+                f"enqueued:   {_knobs(params)}" if i == 0 else f"            {_knobs(params)}"
+            )
+        size = self.size()
+        lines.append(
+            "size:       continuous (a float range without a step)"
+            if size is None
+            else f"size:       {size:,} distinct configurations"
+        )
+        return "\n".join(lines)
+
+
+def parse_objective(sec: Section) -> ObjectiveSpec:
+    """Read the ``objective`` section (every key optional: output_tok_s, maximised)."""
+    sec.check_keys(("metric", "direction", "score", "mad_k", "constraints"))
+    metric = sec.get("metric", "output_tok_s")
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise sec.error(f"unknown metric {metric!r}", "metric", hint=suggest(str(metric), METRICS))
+    direction = sec.get("direction", METRICS[metric])
+    if direction not in ("maximize", "minimize"):
+        raise sec.error(
+            f"direction {direction!r} is not allowed",
+            "direction",
+            hint="allowed: maximize, minimize",
+        )
+    score = sec.get("score", "median")
+    if score not in SCORES:
+        raise sec.error(
+            f"score {score!r} is not allowed", "score", hint="allowed: " + ", ".join(SCORES)
+        )
+    raw = sec.get("constraints") or []
+    if not isinstance(raw, list):
+        raise sec.error(
+            "constraints must be a list",
+            "constraints",
+            hint="e.g. - {metric: ttft_p99_ms, max: 30000}",
+        )
+    constraints: list[ConstraintSpec] = []
+    for i, item in enumerate(raw):
+        path = (*sec.path, "constraints", i)
+        if not isinstance(item, dict):
+            raise sec.doc.error(
+                "a constraint must be a mapping", path, hint="{metric: ttft_p99_ms, max: 30000}"
+            )
+        c = Section(sec.doc, path, item)
+        c.check_keys(("metric", "max", "min"))
+        name = c.require("metric")
+        if not isinstance(name, str) or name not in METRICS:
+            raise c.error(f"unknown metric {name!r}", "metric", hint=suggest(str(name), METRICS))
+        if any(seen.metric == name for seen in constraints):
+            raise c.error(
+                f"a second constraint on {name}", "metric", hint="give max and min in one"
+            )
+        low, high = c.number("min", None, positive=False), c.number("max", None, positive=False)
+        if low is None and high is None:
+            raise c.error("a constraint needs max or min (or both)", hint="e.g. max: 30000")
+        if low is not None and high is not None and low >= high:
+            raise c.error(f"min ({low:g}) must be below max ({high:g})", "min")
+        constraints.append(ConstraintSpec(name, max=high, min=low))
+    mad_k = sec.number("mad_k", 1.0)
+    return ObjectiveSpec(metric, direction, score, mad_k, tuple(constraints))
+
+
+def _describe_workload(w: WorkloadSpec) -> str:
+    def length(d: Any) -> str:
+        if d.distribution == "fixed":
+            return f"{d.mean}"
+        return f"{d.mean} ({d.distribution}, spread {d.spread:g})"
+
+    source = "synthetic" if w.source == "synthetic" else f"{w.source} {w.path}"
+    load = f"concurrency {w.concurrency}"
+    if w.request_rate is not None:
+        load = f"{w.request_rate:g} req/s, at most {w.concurrency} at once"
+    return (
+        f"{w.name}: {source}, {w.num_prompts} prompts (+{w.warmup} warm-up) x {w.repeats} "
+        f"repeat(s), {load}, input {length(w.input_len)} / output {length(w.output_len)} "
+        f"tokens, temperature {w.temperature:g}, api {w.api}"
+    )
+
+
+def _knobs(values: Mapping[str, Any]) -> str:
+    def show(v: Any) -> str:
+        if v is None:
+            return "auto"
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return f"{v:.12g}" if isinstance(v, float) else str(v)
+
+    return ", ".join(f"{k}={show(v)}" for k, v in values.items())
