@@ -1,0 +1,55 @@
+"""Server processes: launch, log, watch the start-up, stop the whole tree, confirm release.
+
+This is the one part of autotune that owns subprocesses. A server runs in its own session with
+its output in a log file (:class:`ServerProcess`); :func:`wait_for_startup` follows that log and
+decides ready, crashed or timed out as soon as it can; stopping signals the process group and
+every descendant, TERM then KILL. :class:`ProcessIdentity` records a launch so that a resumed
+study can stop a server left behind by a tuner that was killed; :class:`GpuMonitor` confirms
+that a stopped server's GPU memory was freed; the port functions pick and check ports.
+"""
+
+from __future__ import annotations
+
+from autotune.server._follow import LogFollower
+from autotune.server._gpu import GpuMonitor, GpuReleaseResult, GpuUsage
+from autotune.server._identity import (
+    TOKEN_ENV,
+    ProcessIdentity,
+    argv_digest,
+    find_live,
+    identity_of,
+    stop_identity,
+)
+from autotune.server._ports import find_free_port, port_in_use, wait_port_released
+from autotune.server._process import ProcessOutcome, ServerProcess, signal_name
+from autotune.server._startup import (
+    Classification,
+    LineClassifier,
+    StartupResult,
+    StartupStatus,
+    wait_for_startup,
+)
+
+__all__ = [
+    "TOKEN_ENV",
+    "Classification",
+    "GpuMonitor",
+    "GpuReleaseResult",
+    "GpuUsage",
+    "LineClassifier",
+    "LogFollower",
+    "ProcessIdentity",
+    "ProcessOutcome",
+    "ServerProcess",
+    "StartupResult",
+    "StartupStatus",
+    "argv_digest",
+    "find_free_port",
+    "find_live",
+    "identity_of",
+    "port_in_use",
+    "signal_name",
+    "stop_identity",
+    "wait_for_startup",
+    "wait_port_released",
+]

@@ -1,0 +1,321 @@
+"""A server process: started in its own session, logged to a file, stopped with its whole tree."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import psutil
+
+from autotune._errors import ServerError
+from autotune.server._identity import TOKEN_ENV, ProcessTree
+
+if TYPE_CHECKING:
+    from autotune.engines._spec import LaunchSpec
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    """How a server's process tree ended.
+
+    ``exit_code`` is the main process's status as :mod:`subprocess` reports it (negative: the
+    number of the signal that ended it), or ``None`` when it is not known (a process that is not
+    a child of this one, or one that could not be reaped). ``signal`` names that signal.
+    ``elapsed_s`` is how long stopping took, ``runtime_s`` the time from launch to the end of the
+    stop (``None`` when the launch time is not known). ``forced`` says SIGKILL was needed;
+    ``survivors`` lists processes still alive after it (normally none); ``pids`` every process of
+    the tree that was seen while stopping.
+    """
+
+    exit_code: int | None
+    signal: str | None
+    elapsed_s: float
+    log_path: Path | None
+    forced: bool
+    survivors: tuple[int, ...] = ()
+    pids: tuple[int, ...] = ()
+    runtime_s: float | None = None
+
+
+def signal_name(returncode: int | None) -> str | None:
+    """``"SIGKILL"`` for a return code of -9, ``None`` for a normal exit or an unknown one."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+class ServerProcess:
+    """One launched server: its process, its log file, and everything it started.
+
+    The command runs in a new session (so it leads a new process group) with stdin from
+    ``/dev/null`` and stdout and stderr appended to one log file. Its environment is a copy of
+    this process's environment with the launch's additions on top; ``PYTHONUNBUFFERED=1`` is
+    added unless either sets it (so Python servers write each log line as it happens), and
+    :data:`TOKEN_ENV` carries a value unique to this launch.
+
+    Use it as a context manager: the server and all its descendants are stopped when the block
+    ends, whatever ends it::
+
+        with ServerProcess.launch(spec, log_path=path) as proc:
+            result = wait_for_startup(proc, ...)
+    """
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        *,
+        argv: tuple[str, ...],
+        log_path: Path,
+        log_offset: int,
+        token: str,
+        started_at: float,
+        port: int | None,
+        term_timeout_s: float,
+        kill_timeout_s: float,
+    ) -> None:
+        self._popen = popen
+        self.argv = argv
+        self.log_path = log_path
+        #: Size of the log file before this launch: its lines start there.
+        self.log_offset = log_offset
+        self.token = token
+        #: :func:`time.monotonic` at launch.
+        self.started_at = started_at
+        self.port = port
+        self.term_timeout_s = term_timeout_s
+        self.kill_timeout_s = kill_timeout_s
+        self._pgid = popen.pid  # the leader of a new session: its group id is its pid
+        try:
+            self._create_time = psutil.Process(popen.pid).create_time()
+        except psutil.Error:
+            self._create_time = time.time()  # gone already: only for identity records
+        self._tree = ProcessTree(
+            root_pid=popen.pid,
+            root_create_time=self._create_time,
+            pgid=self._pgid,
+            token=token,
+            reap=popen.poll,
+        )
+        self._outcome: ProcessOutcome | None = None
+
+    @classmethod
+    def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        log_path: Path | str,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
+        port: int | None = None,
+        term_timeout_s: float = 30.0,
+        kill_timeout_s: float = 10.0,
+    ) -> ServerProcess:
+        """Start ``argv`` (never through a shell); its output is appended to ``log_path``.
+
+        ``term_timeout_s`` and ``kill_timeout_s`` are what the context manager's stop uses.
+
+        Raises:
+            ServerError: the command cannot be started (executable missing or not executable,
+                working directory missing, log file not writable).
+        """
+        from autotune.engines._redact import redact_argv
+
+        args = tuple(str(a) for a in argv)
+        path = Path(log_path)
+        shown = shlex.join(redact_argv(args)) if args else "(empty command)"
+        if not args:
+            raise ServerError(
+                "cannot start the server: the command is empty",
+                log_path=path,
+                hint="the engine built no command line; check the engine section of the space",
+            )
+        if cwd is not None and not Path(cwd).is_dir():
+            raise ServerError(
+                f"cannot start the server: working directory {cwd} does not exist: {shown}",
+                command=redact_argv(args),
+                log_path=path,
+                hint="create the directory or choose another working directory",
+            )
+        child_env = dict(os.environ)
+        child_env.update(env or {})
+        child_env.setdefault("PYTHONUNBUFFERED", "1")
+        token = secrets.token_hex(16)
+        child_env[TOKEN_ENV] = token
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            log = path.open("ab")
+        except OSError as e:
+            raise ServerError(
+                f"cannot open the server log for writing: {e.strerror or e}",
+                command=redact_argv(args),
+                log_path=path,
+                hint="choose a writable log directory (or free disk space)",
+            ) from e
+        with log:
+            offset = log.tell()
+            started_at = time.monotonic()
+            try:
+                popen = subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=child_env,
+                    cwd=None if cwd is None else str(cwd),
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except FileNotFoundError as e:
+                raise ServerError(
+                    f"cannot start the server: executable {args[0]!r} not found: {shown}",
+                    command=redact_argv(args),
+                    log_path=path,
+                    hint="check the engine's python path (or launch prefix) in the space file",
+                ) from e
+            except PermissionError as e:
+                raise ServerError(
+                    f"cannot start the server: permission denied running {args[0]!r}: {shown}",
+                    command=redact_argv(args),
+                    log_path=path,
+                    hint=f"make {args[0]} executable (chmod +x) or point to an interpreter",
+                ) from e
+            except OSError as e:
+                raise ServerError(
+                    f"cannot start the server: {e.strerror or e}: {shown}",
+                    command=redact_argv(args),
+                    log_path=path,
+                    hint="check the command line and the working directory",
+                ) from e
+        return cls(
+            popen,
+            argv=args,
+            log_path=path,
+            log_offset=offset,
+            token=token,
+            started_at=started_at,
+            port=port,
+            term_timeout_s=term_timeout_s,
+            kill_timeout_s=kill_timeout_s,
+        )
+
+    @classmethod
+    def launch(
+        cls,
+        spec: LaunchSpec,
+        *,
+        log_path: Path | str,
+        cwd: Path | str | None = None,
+        term_timeout_s: float = 30.0,
+        kill_timeout_s: float = 10.0,
+    ) -> ServerProcess:
+        """Start the server that ``spec`` describes (its argv, environment additions and port)."""
+        return cls.start(
+            spec.argv,
+            log_path=log_path,
+            env=spec.env,
+            cwd=cwd,
+            port=spec.port,
+            term_timeout_s=term_timeout_s,
+            kill_timeout_s=kill_timeout_s,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def pgid(self) -> int:
+        return self._pgid
+
+    @property
+    def create_time(self) -> float:
+        """The main process's start time as the operating system records it (epoch seconds)."""
+        return self._create_time
+
+    @property
+    def stopped(self) -> bool:
+        return self._outcome is not None
+
+    @property
+    def outcome(self) -> ProcessOutcome | None:
+        """What :meth:`stop` returned, once it has run."""
+        return self._outcome
+
+    def poll(self) -> int | None:
+        """The main process's return code once it has exited (negative: a signal), else None.
+
+        Also notes the processes it has started, so that they can be stopped later even if
+        they leave its process group and their parent exits.
+        """
+        code = self._popen.poll()
+        if code is None:
+            self._tree.remember(min_interval_s=1.0)
+        return code
+
+    def wait(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` for the main process to exit; its return code, or None."""
+        try:
+            return self._popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def tree_pids(self) -> set[int]:
+        """The pids of the main process and every descendant alive now."""
+        return set(self._tree.members())
+
+    def stop(
+        self, term_timeout_s: float | None = None, kill_timeout_s: float | None = None
+    ) -> ProcessOutcome:
+        """Stop the server and everything it started; safe to call again (same outcome).
+
+        SIGTERM goes to the process group and to descendants that left it; after
+        ``term_timeout_s`` whatever is still alive gets SIGKILL, and the stop waits up to
+        ``kill_timeout_s`` more for it to go. Only processes of this launch are signalled: its
+        process group, its descendants, and processes carrying this launch's token.
+        """
+        if self._outcome is not None:
+            return self._outcome
+        term = self.term_timeout_s if term_timeout_s is None else term_timeout_s
+        kill = self.kill_timeout_s if kill_timeout_s is None else kill_timeout_s
+        report = self._tree.stop(term_timeout_s=term, kill_timeout_s=kill)
+        code = self._popen.poll()
+        if code is None:
+            code = self.wait(min(kill, 1.0))
+        self._outcome = ProcessOutcome(
+            exit_code=code,
+            signal=signal_name(code),
+            elapsed_s=report.elapsed_s,
+            log_path=self.log_path,
+            forced=report.forced,
+            survivors=report.survivors,
+            pids=report.pids,
+            runtime_s=time.monotonic() - self.started_at,
+        )
+        return self._outcome
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._outcome is not None else "running"
+        return f"ServerProcess(pid={self.pid}, {state}, log={self.log_path})"

@@ -1,0 +1,236 @@
+"""Watching a server start: ready, crashed or timed out, decided as early as the log shows it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from autotune._errors import ConfigError
+from autotune.server._follow import LogFollower
+from autotune.server._process import ServerProcess
+
+if TYPE_CHECKING:
+    import httpx
+
+StartupStatus = Literal["ready", "crashed", "exited", "timeout"]
+
+
+class Classification(Protocol):
+    """A verdict on a log: a crash category, the line that shows it, whether it is a crash."""
+
+    @property
+    def category(self) -> str: ...
+
+    @property
+    def evidence(self) -> str | None: ...
+
+    @property
+    def is_crash(self) -> bool: ...
+
+
+class LineClassifier(Protocol):
+    """Reads a log line by line; says "crash" as soon as a line decides it.
+
+    ``feed`` returns a classification when the line decides something (only those with
+    ``is_crash`` stop the start-up), ``finish`` the verdict on the whole log once the process
+    has exited.
+    """
+
+    def feed(self, line: str) -> Classification | None: ...
+
+    def finish(self) -> Classification: ...
+
+
+@dataclass(frozen=True)
+class StartupResult:
+    """How a start-up ended.
+
+    ``category`` is the crash category (``other_crash`` when the process exited with nothing
+    specific in its log) or ``timeout``; ``failure_line`` the log line that decided a crash (the
+    last log line for an exit without evidence or a timeout). ``startup_s`` counts from launch to
+    ready, or to the deciding line, exit or deadline. ``exit_code`` is set when the process had
+    exited (negative: the signal that ended it). ``detail`` says in words what happened.
+    """
+
+    status: StartupStatus
+    category: str | None
+    failure_line: str | None
+    startup_s: float
+    exit_code: int | None
+    lines_seen: int
+    detail: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+
+def wait_for_startup(
+    proc: ServerProcess,
+    *,
+    classifier: LineClassifier,
+    is_ready_line: Callable[[str], bool],
+    url: str,
+    timeout_s: float,
+    poll_interval_s: float = 0.05,
+    health_timeout_s: float = 20.0,
+    probe_interval_s: float = 0.5,
+    require_ready_line: bool = True,
+    on_line: Callable[[str], None] | None = None,
+) -> StartupResult:
+    """Follow ``proc``'s log until the server is ready, has crashed, has exited, or time is up.
+
+    Every new log line goes to ``on_line`` and to ``classifier``; a line it calls a crash ends
+    the wait at once (the process is left running: stopping it is the caller's ``with``). An
+    exit lets ``classifier.finish()`` judge the whole log. After the ready line (``is_ready_line``)
+    readiness is confirmed over HTTP at ``url``: ``GET /health_generate`` must answer 200 (it is
+    asked again every ``probe_interval_s`` until it does) and ``GET /get_model_info`` must answer
+    200 with a JSON object. With ``require_ready_line=False`` (a server whose log is not visible,
+    behind a launch prefix) the HTTP checks run from the start and suffice. ``timeout_s`` counts
+    from the launch.
+    """
+    import httpx
+
+    _check_url(url)
+    deadline = proc.started_at + timeout_s
+    follower = LogFollower(proc.log_path, start_offset=proc.log_offset)
+    ready_line_seen = not require_ready_line
+    next_probe = time.monotonic()
+    probe_failure = "not asked yet"
+
+    def result(
+        status: StartupStatus,
+        category: str | None,
+        line: str | None,
+        detail: str,
+        exit_code: int | None = None,
+    ) -> StartupResult:
+        return StartupResult(
+            status=status,
+            category=category,
+            failure_line=line,
+            startup_s=time.monotonic() - proc.started_at,
+            exit_code=exit_code,
+            lines_seen=follower.line_count,
+            detail=detail,
+        )
+
+    def scan(lines: list[str]) -> Classification | None:
+        nonlocal ready_line_seen
+        for line in lines:
+            if on_line is not None:
+                on_line(line)
+            verdict = classifier.feed(line)
+            if verdict is not None and verdict.is_crash:
+                return verdict
+            if not ready_line_seen and is_ready_line(line):
+                ready_line_seen = True
+        return None
+
+    with follower, httpx.Client(trust_env=False, follow_redirects=False) as client:
+        while True:
+            crash = scan(follower.read_new_lines())
+            if crash is not None:
+                return result(
+                    "crashed",
+                    crash.category,
+                    crash.evidence,
+                    f"crash found in the log ({crash.category}) after {follower.line_count} lines",
+                )
+            code = proc.poll()
+            if code is not None:
+                crash = scan(follower.read_new_lines(final=True))
+                verdict = crash if crash is not None else classifier.finish()
+                if verdict.is_crash:
+                    return result(
+                        "crashed",
+                        verdict.category,
+                        verdict.evidence,
+                        f"the server exited with code {code}: {verdict.category}",
+                        code,
+                    )
+                last = follower.tail(1)
+                return result(
+                    "exited",
+                    "other_crash",
+                    verdict.evidence or (last[0] if last else None),
+                    f"the server exited with code {code} before it was ready",
+                    code,
+                )
+            now = time.monotonic()
+            if now >= deadline:
+                crash = scan(follower.read_new_lines())
+                if crash is not None:
+                    return result(
+                        "crashed",
+                        crash.category,
+                        crash.evidence,
+                        f"crash found in the log ({crash.category}) at the deadline",
+                    )
+                return _timed_out(result, follower, ready_line_seen, probe_failure, timeout_s)
+            if ready_line_seen and now >= next_probe:
+                budget = max(min(health_timeout_s, deadline - now), 0.05)
+                failure = _probe(client, url, budget)
+                if failure is None:
+                    return result("ready", None, None, "ready: /health_generate answered 200")
+                probe_failure = failure
+                next_probe = time.monotonic() + probe_interval_s
+            wake = min(deadline, next_probe) if ready_line_seen else deadline
+            time.sleep(max(min(poll_interval_s, wake - time.monotonic()), 0.0))
+
+
+def _timed_out(
+    result: Callable[[StartupStatus, str | None, str | None, str], StartupResult],
+    follower: LogFollower,
+    ready_line_seen: bool,
+    probe_failure: str,
+    timeout_s: float,
+) -> StartupResult:
+    last = follower.tail(1)
+    if ready_line_seen:
+        detail = (
+            f"not ready within {timeout_s:g} s: the server reported ready but "
+            f"its HTTP checks did not pass ({probe_failure})"
+        )
+    else:
+        detail = f"not ready within {timeout_s:g} s: no ready line in {follower.line_count} lines"
+    return result("timeout", "timeout", last[0] if last else None, detail)
+
+
+def _check_url(url: str) -> None:
+    import httpx
+
+    try:
+        scheme = httpx.URL(url).scheme
+    except httpx.InvalidURL as e:
+        scheme = f"invalid ({e})"
+    if scheme not in ("http", "https"):
+        raise ConfigError(
+            f"the server URL {url!r} is not an http:// or https:// URL",
+            hint="give the URL the server listens on, such as http://127.0.0.1:30000",
+        )
+
+
+def _probe(client: httpx.Client, url: str, timeout_s: float) -> str | None:
+    """None when the server answers both readiness checks; otherwise what went wrong."""
+    import httpx
+
+    base = url.rstrip("/")
+    try:
+        health = client.get(f"{base}/health_generate", timeout=timeout_s)
+        if health.status_code != 200:
+            return f"GET /health_generate answered {health.status_code}"
+        info = client.get(f"{base}/get_model_info", timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    if info.status_code != 200:
+        return f"GET /get_model_info answered {info.status_code}"
+    try:
+        body = info.json()
+    except ValueError:
+        return "GET /get_model_info did not answer JSON"
+    if not isinstance(body, dict):
+        return "GET /get_model_info did not answer a JSON object"
+    return None
