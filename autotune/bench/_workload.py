@@ -48,7 +48,7 @@ class LengthDist:
             value = rng.uniform(low, high)
         else:
             value = self.mean * math.exp(rng.gauss(0.0, self.spread))
-        n = int(round(value))
+        n = round(value)
         n = max(self.minimum, n)
         if self.maximum is not None:
             n = min(self.maximum, n)
@@ -196,7 +196,9 @@ def _parse_length(raw: Any, source: str | Path | None, where: str) -> LengthDist
             "spread must be >= 0 (and < 1 for uniform)", source=source, location=f"{where}.spread"
         )
     minimum = _int(raw.get("min", 1), source, f"{where}.min", minimum=1)
-    maximum = None if raw.get("max") is None else _int(raw["max"], source, f"{where}.max", minimum=1)
+    maximum = (
+        None if raw.get("max") is None else _int(raw["max"], source, f"{where}.max", minimum=1)
+    )
     if maximum is not None and maximum < minimum:
         raise ConfigError("max must be >= min", source=source, location=f"{where}.max")
     return LengthDist(mean, dist, spread, minimum, maximum)

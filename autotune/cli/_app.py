@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 
 from autotune._errors import AutotuneError
@@ -29,29 +28,31 @@ _study.register_root_commands(app)
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit code.
 
-    An :class:`AutotuneError` is printed as a message (never a traceback) with its exit code.
+    Usage mistakes get the command's usage and exit code 2; an :class:`AutotuneError` is
+    printed as a message (never a traceback) with its exit code.
     """
     args = sys.argv[1:] if argv is None else argv
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=args, prog_name="autotune", standalone_mode=False)
+        command.main(args=args, prog_name="autotune", standalone_mode=True)
+    except SystemExit as e:
+        return _exit_code(e.code)
     except AutotuneError as e:
         _print_error(str(e))
         return e.exit_code
-    except click.exceptions.Abort:
-        _print_error("aborted")
-        return 130
     except KeyboardInterrupt:
         _print_error("interrupted")
         return 130
-    except click.exceptions.Exit as e:
-        return int(e.exit_code or 0)
-    except click.ClickException as e:
-        e.show()
-        return e.exit_code
-    if isinstance(result, int):
-        return result
     return 0
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    _print_error(str(code))
+    return 1
 
 
 def _print_error(message: str) -> None:

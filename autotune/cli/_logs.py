@@ -1,7 +1,47 @@
-"""`autotune logs` commands."""
+"""`autotune logs` commands: read SGLang server logs."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="logs commands")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Read SGLang server logs: why a server crashed, or whether it is ready.",
+)
+
+
+@app.command("classify")
+def classify(
+    logfile: Annotated[
+        Path,
+        typer.Argument(
+            metavar="LOGFILE", help="An SGLang server log (plain text; prefixes are fine)."
+        ),
+    ],
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON object: category, evidence, line_number, advice, is_crash.",
+        ),
+    ] = False,
+) -> None:
+    """Name the crash category of a server log (or ready / running / starting), the line that
+    shows it, and what to change. Exits 0 whatever the verdict."""
+    from autotune.crashes import classify_file
+
+    result = classify_file(logfile)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+        return
+    kind = "crash" if result.is_crash else "no crash"
+    typer.echo(f"category: {result.category} ({kind})")
+    if result.evidence is None:
+        typer.echo("evidence: none (no line decides it)")
+    else:
+        typer.echo(f"evidence: line {result.line_number}: {result.evidence}")
+    typer.echo(f"advice:   {result.advice}")

@@ -1,0 +1,86 @@
+"""Benchmarking an SGLang-compatible server: workloads, the streaming client, metrics, repeats.
+
+Typical use::
+
+    from autotune.bench import BenchmarkClient, ClientOptions, WorkloadSpec, measure_sync
+
+    client = BenchmarkClient("http://127.0.0.1:30000", ClientOptions(benchmark_timeout_s=600))
+    measurement = measure_sync(client, WorkloadSpec(concurrency=16, num_prompts=128), repeats=3)
+    measurement.score("output_tok_s", kind="conservative")
+
+Figures follow SGLang's bench_serving definitions (see :mod:`autotune.bench._metrics`).
+"""
+
+from __future__ import annotations
+
+from autotune.bench._capacity import CapacityResult, run_client_capacity
+from autotune.bench._client import (
+    BenchmarkClient,
+    ClientOptions,
+    RunRecords,
+    run_benchmark,
+    run_sync,
+)
+from autotune.bench._metrics import (
+    ACCEPTANCE_SOURCES,
+    Acceptance,
+    BenchmarkResult,
+    RequestRecord,
+    acceptance_from_records,
+    acceptance_from_server,
+    compute_result,
+    percentile,
+)
+from autotune.bench._prompts import API_PATHS, PlannedRequest, RequestFactory
+from autotune.bench._repeats import (
+    NOISE_THRESHOLD,
+    EarlyStop,
+    Measurement,
+    lower_is_better,
+    measure,
+    measure_sync,
+)
+from autotune.bench._sse import (
+    RequestState,
+    SSEDecoder,
+    StreamAccumulator,
+    StreamFormatError,
+    decode_json,
+)
+from autotune.bench._workload import APIS, SOURCES, LengthDist, WorkloadSpec
+
+__all__ = [
+    "ACCEPTANCE_SOURCES",
+    "APIS",
+    "API_PATHS",
+    "NOISE_THRESHOLD",
+    "SOURCES",
+    "Acceptance",
+    "BenchmarkClient",
+    "BenchmarkResult",
+    "CapacityResult",
+    "ClientOptions",
+    "EarlyStop",
+    "LengthDist",
+    "Measurement",
+    "PlannedRequest",
+    "RequestFactory",
+    "RequestRecord",
+    "RequestState",
+    "RunRecords",
+    "SSEDecoder",
+    "StreamAccumulator",
+    "StreamFormatError",
+    "WorkloadSpec",
+    "acceptance_from_records",
+    "acceptance_from_server",
+    "compute_result",
+    "decode_json",
+    "lower_is_better",
+    "measure",
+    "measure_sync",
+    "percentile",
+    "run_benchmark",
+    "run_client_capacity",
+    "run_sync",
+]

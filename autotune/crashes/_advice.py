@@ -1,0 +1,196 @@
+"""What a user should do about each verdict, worded from the log's own evidence."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from autotune.crashes._rules import TAG_DRAFT, TAG_LOADING, TAG_SYMM_MEM
+
+_AMBIGUOUS = re.compile(r"ambiguous option: (--?[\w-]+)(?:=\S*)? could match (.+)")
+_UNRECOGNIZED = re.compile(r"unrecognized arguments?: (.+)")
+_BAD_VALUE = re.compile(r"argument (--?[\w-]+(?:/--?[\w-]+)*): (.+)")
+_REQUIRED = re.compile(r"the following arguments are required: (.+)")
+
+
+@dataclass(frozen=True)
+class AdviceContext:
+    """What the advice may draw on besides the category.
+
+    ``mem_fraction`` is the ``--mem-fraction-static`` value the log shows; ``tags`` what the
+    failing code was doing (``draft``: the EAGLE draft model's graphs, ``loading``: loading
+    weights, ``symm_mem``: torch symmetric memory; see ``autotune.crashes._rules``); ``phase``
+    names the last start-up step seen (for ``starting``).
+    """
+
+    category: str
+    evidence: str | None = None
+    mem_fraction: str | None = None
+    tags: frozenset[str] = frozenset()
+    phase: str | None = None
+
+    @property
+    def draft(self) -> bool:
+        return TAG_DRAFT in self.tags
+
+
+def advise(ctx: AdviceContext) -> str:
+    """One or two sentences: what happened, in terms of the settings, and what to change."""
+    handler = _HANDLERS.get(ctx.category)
+    if handler is None:
+        return "no advice for this verdict"
+    return handler(ctx)
+
+
+def _value(ctx: AdviceContext) -> str:
+    return f"current value {ctx.mem_fraction}" if ctx.mem_fraction else "current value not shown"
+
+
+def _kv_pool(ctx: AdviceContext) -> str:
+    return (
+        "raise --mem-fraction-static: the KV pool did not fit after the target and draft "
+        f"weights ({_value(ctx)})"
+    )
+
+
+def _cuda_graph(ctx: AdviceContext) -> str:
+    which = "the EAGLE draft model's" if ctx.draft else "the"
+    return (
+        "lower --cuda-graph-max-bs (--cuda-graph-max-bs-decode on newer SGLang) or lower "
+        f"--mem-fraction-static ({_value(ctx)}): capturing {which} CUDA graphs ran out of the "
+        "memory left outside the static pool"
+    )
+
+
+def _runtime(ctx: AdviceContext) -> str:
+    evidence = ctx.evidence or ""
+    if re.search(r"(?:Prefill|Decode|Extend) out of memory\.", evidence):
+        return (
+            "lower --max-running-requests or raise --mem-fraction-static: the KV pool ran out "
+            "of token slots while serving"
+        )
+    if TAG_LOADING in ctx.tags:
+        return (
+            "the weights did not fit while loading: use a higher --tp-size, a quantised "
+            "checkpoint or a smaller draft model (--mem-fraction-static does not help here)"
+        )
+    return (
+        f"lower --mem-fraction-static ({_value(ctx)}) to leave room for activations, or lower "
+        "--max-running-requests / --chunked-prefill-size: the GPU ran out of memory outside "
+        "graph capture (prefill, warm-up or decode)"
+    )
+
+
+def _arch(ctx: AdviceContext) -> str:
+    evidence = (ctx.evidence or "").lower()
+    if "shared memory" in evidence:
+        return (
+            "a kernel needs more shared memory than this GPU offers: lower "
+            "--speculative-eagle-topk / --speculative-num-draft-tokens or choose another "
+            "--attention-backend"
+        )
+    if TAG_SYMM_MEM in ctx.tags or "symm" in evidence or "multicast" in evidence:
+        return (
+            "torch symmetric memory does not support this GPU (or this world size): drop "
+            "--enable-torch-symm-mem and pick another all-reduce mode"
+        )
+    return (
+        "this GPU architecture is not supported by the code path that failed: drop the option "
+        "that needs it (an all-reduce mode such as FlashInfer fusion or torch symmetric memory, "
+        "an attention backend or a quantisation built for other GPUs) or use an SGLang build "
+        "compiled for this GPU"
+    )
+
+
+def _capture_other(ctx: AdviceContext) -> str:
+    which = "the EAGLE draft model's " if ctx.draft else ""
+    return (
+        f"{which}CUDA-graph capture failed for a reason other than memory, so lowering "
+        "--mem-fraction-static or the graph batch size will not help: drop the option that "
+        "breaks capture (an all-reduce mode such as FlashInfer fusion or NCCL_ALGO=Tree, an "
+        "attention backend) or run this configuration without CUDA graphs"
+    )
+
+
+def _nccl(ctx: AdviceContext) -> str:
+    evidence = (ctx.evidence or "").lower()
+    if "watchdog" in evidence or "timeout" in evidence or "timed out" in evidence:
+        return (
+            "a collective operation timed out (a rank died or hung): look for the first failing "
+            "rank earlier in the log; if there is none, try another all-reduce mode "
+            "(NCCL_ALGO=Tree does not work with CUDA graphs)"
+        )
+    return (
+        "NCCL failed between the GPUs: try another all-reduce mode (--disable-custom-all-reduce, "
+        "no NCCL_ALGO), check that every rank can reach the others (--dist-init-addr, firewall, "
+        "NCCL_SOCKET_IFNAME) and that no other process holds the GPUs; rerun with "
+        "NCCL_DEBUG=INFO for details"
+    )
+
+
+def _bad_args(ctx: AdviceContext) -> str:
+    evidence = ctx.evidence or ""
+    m = _AMBIGUOUS.search(evidence)
+    if m is not None:
+        return (
+            f"this SGLang release has no flag {m.group(1)} (it could match {m.group(2).strip()}): "
+            "use the spelling of the installed release"
+        )
+    m = _UNRECOGNIZED.search(evidence)
+    if m is not None:
+        return (
+            f"this SGLang release does not know {m.group(1).strip()}: remove it or use the "
+            "spelling of the installed release (python -m sglang.launch_server --help)"
+        )
+    m = _REQUIRED.search(evidence)
+    if m is not None:
+        return f"add the missing argument(s) {m.group(1).strip()} to the launch command"
+    m = _BAD_VALUE.search(evidence)
+    if m is not None:
+        return f"fix the value of {m.group(1)}: {m.group(2).strip()}"
+    return (
+        "SGLang rejected this combination of settings at start-up: change the values the "
+        "evidence names (for EAGLE, set steps, top-k and draft tokens together or not at all)"
+    )
+
+
+def _other(ctx: AdviceContext) -> str:
+    evidence = ctx.evidence or ""
+    if re.search(r"Model architectures?\b.*not supported", evidence):
+        return "this SGLang release cannot serve the model's architecture: check --model-path"
+    if re.search(r"address already in use|bind on address|EADDRINUSE", evidence):
+        return "the port is already in use: stop the process holding it or choose another port"
+    if re.search(r"oom[-_]kill|Out Of Memory|^Killed|\d+ Killed\s", evidence):
+        return "the process was killed, most likely for lack of host (CPU) memory"
+    return (
+        "the server crashed for a reason the tuned settings do not explain: read the evidence "
+        "line and the traceback around it"
+    )
+
+
+def _ready(ctx: AdviceContext) -> str:
+    return "the server started and answered its warm-up request"
+
+
+def _running(ctx: AdviceContext) -> str:
+    return "the server is serving requests"
+
+
+def _starting(ctx: AdviceContext) -> str:
+    where = f" (last step seen: {ctx.phase})" if ctx.phase else ""
+    return f"nothing decisive yet: the server is still starting{where}"
+
+
+_HANDLERS = {
+    "oom_kv_pool": _kv_pool,
+    "oom_cuda_graph": _cuda_graph,
+    "oom_runtime": _runtime,
+    "unsupported_arch": _arch,
+    "graph_capture_other": _capture_other,
+    "nccl_error": _nccl,
+    "bad_args": _bad_args,
+    "other_crash": _other,
+    "ready": _ready,
+    "running": _running,
+    "starting": _starting,
+}

@@ -1,0 +1,41 @@
+"""The labelled logs the crash tests read."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+REAL = DATA / "sglang_logs"
+UNSEEN = DATA / "unseen"
+
+
+@dataclass(frozen=True)
+class Labelled:
+    path: Path
+    category: str
+    line: int | None  # None: the label file does not say, or nothing decides
+
+
+def labels(folder: Path) -> list[Labelled]:
+    with (folder / "LABELS.tsv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    out = []
+    for row in rows:
+        line = row.get("line") or ""
+        out.append(Labelled(folder / row["file"], row["category"], int(line) if line else None))
+    return out
+
+
+def all_logs() -> list[Labelled]:
+    return labels(REAL) + labels(UNSEEN)
+
+
+def raw_lines(path: Path) -> list[str]:
+    """The file's lines as a reader numbers them (split on LF only)."""
+    text = path.read_bytes().decode("utf-8", "replace")
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return lines

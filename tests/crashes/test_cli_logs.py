@@ -1,0 +1,73 @@
+"""`autotune logs classify` through the real entry point and as a process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+
+from ._data import REAL, UNSEEN
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_prints_category_evidence_and_advice(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["logs", "classify", str(REAL / "05_oom_kv_pool.log")])
+    assert code == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "category: oom_kv_pool (crash)"
+    assert out[1].startswith("evidence: line 14: RuntimeError: Not enough memory.")
+    assert out[2].startswith("advice:   raise --mem-fraction-static")
+
+
+def test_healthy_log_exits_zero_too(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logs", "classify", str(UNSEEN / "u16_loading_only.log")]) == 0
+    out = capsys.readouterr().out
+    assert "category: starting (no crash)" in out
+    assert "evidence: none" in out
+
+
+def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logs", "classify", str(REAL / "09_ready.log"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data == {
+        "category": "ready",
+        "evidence": "The server is fired up and ready to roll!",
+        "line_number": 11,
+        "advice": data["advice"],
+        "is_crash": False,
+    }
+    assert data["advice"]
+
+
+def test_missing_file_is_a_message_and_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "server.log"
+    assert main(["logs", "classify", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"{missing}: log file not found" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_as_a_process(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "autotune", "logs", "classify"]
+    log = UNSEEN / "u03_eagle_draft_graph_oom.log"
+    done = subprocess.run([*cmd, str(log), "--json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["category"], data["line_number"], data["is_crash"]) == ("oom_cuda_graph", 25, True)
+    missing = tmp_path / "gone.log"
+    done = subprocess.run(
+        [*cmd, str(missing), "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "log file not found" in done.stderr and str(missing) in done.stderr
+    assert "Traceback" not in done.stderr

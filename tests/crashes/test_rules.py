@@ -1,0 +1,151 @@
+"""What single lines mean, with the context a caller passes in."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.crashes import _rules as rules
+
+NO_TAGS: frozenset[str] = frozenset()
+
+
+def cause(line: str, tags: frozenset[str] = NO_TAGS, capture: bool = False) -> str | None:
+    found = rules.specific_cause(line, rules.parse_exception(line), tags, capture)
+    return None if found is None else found[0]
+
+
+def test_exception_lines() -> None:
+    assert rules.parse_exception("torch.OutOfMemoryError: CUDA out of memory.") == (
+        "OutOfMemoryError",
+        "CUDA out of memory.",
+    )
+    assert rules.parse_exception("AssertionError") == ("AssertionError", "")
+    assert rules.parse_exception("KeyError: 12") == ("KeyError", "12")
+    assert rules.parse_exception("  what():  CUDA error: out of memory") == (
+        "what()",
+        "CUDA error: out of memory",
+    )
+    assert rules.parse_exception("Scheduler hit an exception: Traceback") is None
+    assert rules.parse_exception("x.py:558: UserWarning: Using a slow tokenizer.") is None
+
+
+def test_frames_and_their_tags() -> None:
+    frame = rules.parse_frame('  File "/s/model_runner.py", line 628, in init_memory_pool')
+    assert frame is not None
+    path, func = frame
+    assert func == "init_memory_pool"
+    assert rules.frame_tags(path, func) == {rules.TAG_KV_POOL}
+    assert rules.parse_frame('  File "/sgl-workspace/sglang/py') == ("/sgl-workspace/sglang/py", "")
+    graph = rules.frame_tags("/s/speculative/eagle_draft_cuda_graph_runner.py", "__init__")
+    assert graph == {rules.TAG_CAPTURE, rules.TAG_DRAFT}
+    assert rules.TAG_CAPTURE not in rules.frame_tags("/s/cuda_graph_runner.py", "replay")
+    assert rules.TAG_SYMM_MEM in rules.frame_tags("/s/torch_symm_mem.py", "__init__")
+    assert rules.TAG_ARGS in rules.frame_tags("/s/srt/server_args.py", "__post_init__")
+    assert rules.called_function("    self.init_memory_pool(min_per_gpu_memory)") == (
+        "init_memory_pool"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        (
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            "Current value: mem_fraction_static=0.76",
+            "oom_kv_pool",
+        ),
+        (
+            "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2 GiB",
+            "oom_cuda_graph",
+        ),
+        ("Exception: Capture cuda graph failed: CUBLAS_STATUS_ALLOC_FAILED", "oom_cuda_graph"),
+        (
+            "Exception: Capture cuda graph failed: No supported CUDA architectures found for major "
+            "versions [10].",
+            "graph_capture_other",
+        ),
+        (
+            "RuntimeError: CUDA error: operation not permitted when stream is capturing",
+            "graph_capture_other",
+        ),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 114.00 MiB.",
+            "oom_runtime",
+        ),
+        ("RuntimeError: Prefill out of memory. Try to lower your batch size.", "oom_runtime"),
+        ("RuntimeError: SGLang only supports sm75 and above.", "unsupported_arch"),
+        (
+            "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+            "unsupported_arch",
+        ),
+        (
+            "RuntimeError: TorchSymmMemCommunicator: Device capability 8 not supported, "
+            "communicator is not available.",
+            "unsupported_arch",
+        ),
+        ("RuntimeError: NCCL error: unhandled system error", "nccl_error"),
+        ("launch_server.py: error: unrecognized arguments: --enable_metrics", "bad_args"),
+        ("launch_server.py: error: the following arguments are required: --model-path", "bad_args"),
+    ],
+)
+def test_specific_causes(line: str, category: str) -> None:
+    assert cause(line) == category
+
+
+def test_context_changes_what_an_exception_means() -> None:
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB."
+    assert cause(oom, frozenset({rules.TAG_CAPTURE})) == "oom_cuda_graph"
+    assert cause(oom, NO_TAGS, capture=True) == "oom_cuda_graph"
+    assert cause(oom, frozenset({rules.TAG_LOADING}), capture=True) == "oom_runtime"
+    arch = "RuntimeError: No supported CUDA architectures found for major versions [9, 10]."
+    assert cause(arch) == "unsupported_arch"
+    assert cause(arch, frozenset({rules.TAG_CAPTURE})) == "graph_capture_other"
+    assert cause("KeyError: 12") is None
+    assert cause("KeyError: 12", frozenset({rules.TAG_SYMM_MEM})) == "unsupported_arch"
+    assert cause("AssertionError") is None
+    assert cause("AssertionError", frozenset({rules.TAG_ARGS})) == "bad_args"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ValueError: Model architectures ['X'] are not supported for now.",
+        "[2026-01-01 TP0] Compute capability below sm80. Use float16 due to lack of bfloat16.",
+        "srun: error: gpu-node-02: task 0: Out Of Memory",
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    ],
+)
+def test_lines_that_name_no_specific_cause(line: str) -> None:
+    assert cause(line) is None
+
+
+def test_noise_warnings_and_hints() -> None:
+    assert rules.is_noise("gpu01:1:1 [0] NCCL INFO Channel 00/02")
+    assert rules.is_noise("[TP0] Decode out of memory happened. #retracted_reqs: 1")
+    assert rules.is_warning("[W1014 11:00:24.551 ProcessGroupNCCL.cpp:4751] Warning: x")
+    assert rules.is_warning("host:1:1 [0] misc/socket.cc:578 NCCL WARN socketPollConnect: refused")
+    assert rules.hint_of("host:1:1 [0] NCCL WARN connect returned Connection refused") == (
+        "nccl_error",
+        0,
+    )
+    assert rules.hint_of("host:1:1 [0] NCCL WARN NET/IB : No device found.") is None
+    assert rules.hint_of("usage: launch_server.py [-h] --model-path MODEL_PATH") == ("bad_args", 0)
+
+
+def test_every_exception_shape_passes_the_prefilter() -> None:
+    for name in ("KeyboardInterrupt", "SystemExit", "FooFailure", "BarFault", "BazError"):
+        assert rules.may_matter(f"{name}: x")
+        assert rules.parse_exception(f"{name}: x") == (name, "x")
+    assert not rules.may_matter('[2026-01-01] INFO:     127.0.0.1:5 - "POST /generate" 200 OK')
+
+
+def test_only_graph_capture_functions_are_capture() -> None:
+    for func in ("capture", "capture_one_batch_size", "_capture_graph", "init_cuda_graphs"):
+        assert rules.TAG_CAPTURE in rules.frame_tags("/s/x.py", func), func
+    assert rules.TAG_CAPTURE in rules.frame_tags(
+        "/s/flashinfer_backend.py", "init_forward_metadata_capture_cuda_graph"
+    )
+    assert rules.TAG_CAPTURE in rules.frame_tags("/torch/cuda/graphs.py", "__exit__")
+    for func in ("capture_for_decode", "capture_hidden_states", "forward"):
+        assert rules.TAG_CAPTURE not in rules.frame_tags("/s/speculative/eagle_info.py", func)
