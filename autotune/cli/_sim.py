@@ -1,7 +1,108 @@
-"""`autotune sim` commands."""
+"""``autotune sim``: run the simulated SGLang server, or ask its model directly."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from typing import Any
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="sim commands")
+from autotune._errors import ConfigError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="The simulated SGLang server: start one, or evaluate a configuration without one.",
+)
+
+_DEFAULT_PROFILE = "rtxpro6000x8-kimi-k2.5"
+
+
+@app.command(
+    "serve",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def serve(ctx: typer.Context) -> None:
+    """Start a simulated server: SGLang's flags plus --sim-* options (see serve --help)."""
+    from autotune.sim.__main__ import main
+
+    raise typer.Exit(main(list(ctx.args), prog="autotune sim serve"))
+
+
+@app.command("eval")
+def evaluate(
+    profile: str = typer.Option(
+        _DEFAULT_PROFILE, "--profile", metavar="NAME_OR_PATH", help="profile name or file"
+    ),
+    workload: str | None = typer.Option(
+        None, "--workload", metavar="NAME", help="a workload of the profile (default: its own)"
+    ),
+    param: list[str] = typer.Option(  # noqa: B008
+        [], "--param", metavar="KNOB=VALUE", help="canonical knob name and value (repeatable)"
+    ),
+    env: list[str] = typer.Option(  # noqa: B008
+        [], "--env", metavar="NAME=VALUE", help="server environment, e.g. NCCL_ALGO=Tree"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON"),
+) -> None:
+    """Print the model's verdict for one configuration, without starting a server."""
+    from autotune._knobs import ServerConfig
+    from autotune.sim._model import SimModel
+    from autotune.sim._profile import load_profile
+
+    params = _pairs(param, "--param")
+    environment = _pairs(env, "--env")
+    config = ServerConfig.from_params(params, source="--param")
+    loaded = load_profile(profile)
+    spec = loaded.workload(workload)
+    verdict = SimModel(loaded).evaluate(config, spec, env=environment)
+    data = dataclasses.asdict(verdict)
+    if as_json:
+        data["profile"] = loaded.name
+        data["workload"] = spec.name
+        data["config"] = config.to_params()
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    typer.echo(_summary(loaded.name, spec.name, config.to_params(), data))
+
+
+def _pairs(items: list[str], option: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"expected NAME=VALUE, got {item!r}",
+                source=option,
+                hint=f"for example {option} "
+                + ("speculative_num_steps=3" if option == "--param" else "NCCL_ALGO=Tree"),
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}{unit}"
+    return f"{value}{unit}"
+
+
+def _summary(profile: str, workload: str, params: dict[str, Any], d: dict[str, Any]) -> str:
+    knobs = ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults"
+    lines = [f"profile {profile}, workload {workload}", f"config: {knobs}"]
+    if d["status"] != "ok":
+        lines.append(f"status: {d['status']} after {_fmt(d['startup_s'], ' s', 1)} of start-up")
+        lines.append(f"failure: {d['failure_line']}")
+        return "\n".join(lines)
+    lines += [
+        f"status: ok, start-up {_fmt(d['startup_s'], ' s', 1)}",
+        f"output throughput: {_fmt(d['output_tok_s'], ' tok/s')}",
+        f"accept length: {_fmt(d['accept_length'])}, accept rate: {_fmt(d['accept_rate'])}",
+        f"TTFT p99: {_fmt(d['ttft_p99_ms'], ' ms', 1)}, ITL p99: {_fmt(d['itl_p99_ms'], ' ms', 1)}",
+        f"KV pool: {_fmt(d['kv_tokens'])} tokens, max running requests: "
+        f"{_fmt(d['max_running_requests'])}, mean running: {_fmt(d['mean_running'], '', 1)}",
+    ]
+    return "\n".join(lines)

@@ -58,3 +58,12 @@ def check(
                 f"max_running_requests={cap}"
             )
     typer.echo(f"{space.source}: valid (fingerprint {space.fingerprint()})")
+
+
+def _register_extra() -> None:
+    from autotune.cli import _space_sample
+
+    _space_sample.register(app)
+
+
+_register_extra()

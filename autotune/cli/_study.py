@@ -1,11 +1,215 @@
-"""`autotune study` commands."""
+"""``autotune study ...`` and ``autotune dashboard``."""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="study commands")
+app = typer.Typer(no_args_is_help=True, help="Run, resume and report tuning studies.")
+
+StudyName = Annotated[
+    str | None, typer.Option("--study-name", help="Study name (default: the space's name).")
+]
+Storage = Annotated[
+    str | None,
+    typer.Option("--storage", help="SQLAlchemy URL (default: sqlite:///studies/NAME.db)."),
+]
+StudiesDir = Annotated[
+    str,
+    typer.Option("--studies-dir", help="Folder of study databases, artifacts and logs."),
+]
+ArtifactsDir = Annotated[
+    str | None, typer.Option("--artifacts-dir", help="Folder of server logs and results.")
+]
+
+
+def _options(**values: object) -> object:
+    from autotune.study import StudyOptions
+
+    return StudyOptions(**{k: v for k, v in values.items() if v is not None})  # type: ignore[arg-type]
+
+
+@app.command("start")
+def start(
+    space: Annotated[str, typer.Option("--space", help="The search space file (YAML).")],
+    study_name: StudyName = None,
+    n_trials: Annotated[
+        int, typer.Option("--n-trials", min=1, help="Finished trials to reach (baseline included).")
+    ] = 20,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Stop starting trials after this many s.")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")] = None,
+    sampler: Annotated[
+        str,
+        typer.Option(
+            "--sampler", help="auto (GP, or TPE for conditional spaces), gp, tpe, random."
+        ),
+    ] = "auto",
+    storage: Storage = None,
+    studies_dir: StudiesDir = "studies",
+    artifacts_dir: ArtifactsDir = None,
+    no_informed: Annotated[
+        bool, typer.Option("--no-informed", help="Do not enqueue SGLang's automatic choice first.")
+    ] = False,
+    progress: Annotated[
+        bool | None, typer.Option("--progress/--no-progress", help="Progress display.")
+    ] = None,
+) -> None:
+    """Create a study from a search space and run it."""
+    from autotune.study import start_study
+
+    summary = start_study(
+        _options(  # type: ignore[arg-type]
+            space_path=space,
+            study_name=study_name,
+            n_trials=n_trials,
+            timeout_s=timeout,
+            seed=seed,
+            sampler=sampler,
+            storage=storage,
+            studies_dir=studies_dir,
+            artifacts_dir=artifacts_dir,
+            informed=not no_informed,
+            progress=progress,
+        )
+    )
+    _finished(summary)
+
+
+@app.command("resume")
+def resume(
+    study_name: Annotated[str, typer.Option("--study-name", help="The study to continue.")],
+    space: Annotated[
+        str | None, typer.Option("--space", help="Check the study against this space file.")
+    ] = None,
+    n_trials: Annotated[
+        int | None, typer.Option("--n-trials", min=1, help="New target of finished trials.")
+    ] = None,
+    timeout: Annotated[float | None, typer.Option("--timeout")] = None,
+    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    sampler: Annotated[str, typer.Option("--sampler")] = "auto",
+    storage: Storage = None,
+    studies_dir: StudiesDir = "studies",
+    artifacts_dir: ArtifactsDir = None,
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
+) -> None:
+    """Continue an interrupted study: interrupted trials run again, finished ones are kept."""
+    from autotune.study import resume_study
+
+    summary = resume_study(
+        _options(  # type: ignore[arg-type]
+            study_name=study_name,
+            space_path=space,
+            n_trials=n_trials,
+            timeout_s=timeout,
+            seed=seed,
+            sampler=sampler,
+            storage=storage,
+            studies_dir=studies_dir,
+            artifacts_dir=artifacts_dir,
+            progress=progress,
+        )
+    )
+    _finished(summary)
+
+
+def _finished(summary: object) -> None:
+    from autotune.study import StudySummary
+
+    assert isinstance(summary, StudySummary)
+    why = " (time budget reached)" if summary.stopped_by == "timeout" else ""
+    typer.echo(
+        f"study {summary.name}: {summary.finished} of {summary.target} trials finished{why}\n"
+        f"  report:    autotune study report --study-name {summary.name}\n"
+        f"  dashboard: autotune dashboard --study-name {summary.name}"
+    )
+
+
+@app.command("report")
+def report(
+    study_name: Annotated[str, typer.Option("--study-name", help="The study to report.")],
+    storage: Storage = None,
+    studies_dir: StudiesDir = "studies",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """The best configuration, its speed-up over the baseline, crashes, and how to launch it."""
+    from autotune.report import build_report, format_report, load_study
+
+    study, paths = load_study(study_name, storage=storage, studies_dir=studies_dir)
+    rep = build_report(study, paths)
+    if as_json:
+        typer.echo(json.dumps(rep.to_dict(), indent=2, default=str))
+    else:
+        typer.echo(format_report(rep))
+
+
+@app.command("status")
+def status(
+    study_name: Annotated[str, typer.Option("--study-name")],
+    storage: Storage = None,
+    studies_dir: StudiesDir = "studies",
+) -> None:
+    """Where a study stands: finished, running and interrupted trials, best so far."""
+    from autotune.report import build_report, load_study
+
+    study, paths = load_study(study_name, storage=storage, studies_dir=studies_dir)
+    rep = build_report(study, paths)
+    target = f"/{rep.target}" if rep.target else ""
+    best = "-" if rep.best is None or rep.best.value is None else f"{rep.best.value:.2f}"
+    typer.echo(
+        f"{rep.study_name}: {rep.finished}{target} finished, {rep.running} running, "
+        f"{rep.failed} interrupted; best {rep.metric} {best}"
+    )
+    for row in rep.rows[-5:]:
+        value = "" if row.value is None else f" {row.value:.2f}"
+        typer.echo(f"  trial {row.number} [{row.role}] {row.outcome}{value}")
+
+
+@app.command("list")
+def list_(
+    storage: Storage = None,
+    studies_dir: StudiesDir = "studies",
+) -> None:
+    """Studies in the storage (or in every database of the studies folder)."""
+    from autotune.report import list_studies
+
+    infos = list_studies(storage=storage, studies_dir=studies_dir)
+    if not infos:
+        typer.echo("no studies found")
+        return
+    for info in infos:
+        best = "-" if info.best_value is None else f"{info.best_value:.2f}"
+        typer.echo(
+            f"{info.name}: {info.finished} finished, {info.running} running, best {best}  "
+            f"({info.storage_url})"
+        )
 
 
 def register_root_commands(root: typer.Typer) -> None:
-    """Commands that sit at the top level (``autotune dashboard``)."""
+    """Commands at the top level (``autotune dashboard``)."""
+
+    @root.command("dashboard")
+    def dashboard(
+        study_name: StudyName = None,
+        storage: Storage = None,
+        studies_dir: StudiesDir = "studies",
+        artifacts_dir: ArtifactsDir = None,
+        host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+        port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8080,
+    ) -> None:
+        """Serve optuna-dashboard on a study's storage, with its server logs as artifacts."""
+        from autotune.report._dashboard import serve_dashboard
+
+        serve_dashboard(
+            study_name=study_name,
+            storage=storage,
+            studies_dir=studies_dir,
+            artifacts_dir=artifacts_dir,
+            host=host,
+            port=port,
+            out=sys.stderr,
+        )

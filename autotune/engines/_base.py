@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from autotune._knobs import ServerConfig
-from autotune.bench._workload import WorkloadSpec
-from autotune.engines._spec import EngineSpec, LaunchSpec
+from autotune._errors import ConfigError
+from autotune.engines._spec import ENGINE_KINDS, EngineSpec, LaunchSpec
+
+if TYPE_CHECKING:
+    from autotune._knobs import ServerConfig
+    from autotune.bench._workload import WorkloadSpec
 
 #: SGLang's own ready line, printed after the warm-up request succeeded.
 READY_LINE = "The server is fired up and ready to roll!"
@@ -65,14 +70,52 @@ class Engine(abc.ABC):
 
     def check_installed(self) -> None:
         """Raise :class:`EngineError` with advice if the engine cannot be launched at all."""
+        return None
 
     def precheck(self, config: ServerConfig) -> Infeasible | None:
         """Why ``config`` cannot start, when that is known before launch; else ``None``."""
         return None
 
+    def unsupported_values(self, knob: str, values: Iterable[Any]) -> dict[Any, str]:
+        """The values of ``knob`` this engine release cannot express, each with the reason.
+
+        A study calls it at start for every tuned knob, so that a space choice the release lacks
+        is refused before any trial (``{}``: all can be launched).
+        """
+        return {}
+
     def hardware(self) -> Hardware:
         """The GPUs the engine will use, as far as they are known."""
         return Hardware()
 
+    def weights_gib(self, algorithm: str | None = None) -> tuple[float | None, float | None]:
+        """Sizes in GiB of the target model's and the draft model's weights (None: unknown).
+
+        ``algorithm`` is the speculative algorithm whose draft is meant (``None``: the one the
+        engine is set up for). For memory estimates before launch.
+        """
+        return None, None
+
     def is_ready_line(self, line: str) -> bool:
         return READY_LINE in line
+
+
+def create_engine(spec: EngineSpec) -> Engine:
+    """The adapter for ``spec.kind``: :class:`SGLangEngine` or :class:`SimEngine`.
+
+    Raises:
+        ConfigError: an unknown engine kind.
+    """
+    if spec.kind == "sglang":
+        from autotune.engines._sglang import SGLangEngine
+
+        return SGLangEngine(spec)
+    if spec.kind == "sim":
+        from autotune.engines._sim import SimEngine
+
+        return SimEngine(spec)
+    raise ConfigError(
+        f"unknown engine kind {spec.kind!r}",
+        location="engine.kind",
+        hint="choose one of: " + ", ".join(ENGINE_KINDS),
+    )

@@ -230,8 +230,9 @@ def test_seed_space_loads_as_the_product_describes() -> None:
     assert {"nccl", "custom", "nccl_tree", "flashinfer_fusion", "torch_symm_mem"} <= set(
         allreduce.choices
     )
-    assert space.baseline == {"allreduce": "nccl"}
+    assert space.baseline == {"allreduce": "nccl", "cuda_graph_max_bs": 128}
     assert space.baseline_config().allreduce == "nccl"
+    assert not space.baseline_config().speculative
     (seed,) = space.enqueued
     config = space.config_for(seed)
     assert (config.speculative_num_steps, config.speculative_eagle_topk) == (2, 4)

@@ -1,0 +1,386 @@
+"""The SGLang adapter: a configuration in canonical knobs -> ``sglang.launch_server`` argv and env.
+
+Flags move between SGLang releases, so every knob is spelled through a :class:`FlagSet` of the
+release that will run: detected from the user's SGLang (``engine.python`` behind
+``engine.launch_prefix``) or taken from autotune's table when ``engine.sglang_version`` names the
+release. A knob the release cannot express is refused before launch (``precheck``) rather than
+launched as something else. What SGLang would otherwise change silently is set explicitly: the
+running-request cap under speculation, and FlashInfer's automatic all-reduce fusion when another
+all-reduce mode is asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from autotune._errors import ConfigError, EngineError
+from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
+from autotune.engines._base import Engine, Hardware, Infeasible
+from autotune.engines._detect import detect_flagset
+from autotune.engines._dialects import FlagSet, known_flagset
+from autotune.engines._redact import is_secret_name
+from autotune.engines._spec import EngineSpec, LaunchSpec
+
+if TYPE_CHECKING:
+    from autotune.bench._workload import WorkloadSpec
+
+#: SGLang's running-request cap under speculative decoding when ``--max-running-requests`` is unset.
+SPEC_MAX_RUNNING_REQUESTS = 48
+#: Algorithms that load a separate draft model (``--speculative-draft-model-path``).
+DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+#: Environment variable NCCL reads for a forced algorithm, per all-reduce mode.
+_NCCL_ALGO: Mapping[str, str] = MappingProxyType({"nccl_tree": "Tree", "nccl_ring": "Ring"})
+_SINGLE_FLAG_MODES: Mapping[str, str] = MappingProxyType(
+    {
+        "nccl": "--disable-custom-all-reduce",
+        "nccl_tree": "--disable-custom-all-reduce",
+        "nccl_ring": "--disable-custom-all-reduce",
+        "torch_symm_mem": "--enable-torch-symm-mem",
+        "nccl_symm": "--enable-symm-mem",
+        "mscclpp": "--enable-mscclpp",
+    }
+)
+_FUSION_OFF = "--enforce-disable-flashinfer-allreduce-fusion"
+_SIMPLE_VALUE_KNOBS: Mapping[str, str] = MappingProxyType(
+    {
+        "mem_fraction_static": "--mem-fraction-static",
+        "chunked_prefill_size": "--chunked-prefill-size",
+        "page_size": "--page-size",
+    }
+)
+
+
+@dataclass
+class Spelling:
+    """How one knob is written for one release: argv words and environment, or why it cannot be."""
+
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    missing: str | None = None
+
+
+def spell_knob(
+    flags: FlagSet,
+    spec: EngineSpec,
+    config: ServerConfig,
+    knob: str,
+    *,
+    workload: WorkloadSpec | None = None,
+) -> Spelling:
+    """The argv words and environment that set ``knob`` of ``config`` in ``flags``' release."""
+    out = Spelling()
+
+    def need(flag: str, value: str | None = None) -> bool:
+        if value is None and flags.has(flag):
+            return True
+        if value is not None and flags.accepts(flag, value):
+            return True
+        shown = flag if value is None else f"{flag} {value}"
+        what = "has no flag" if not flags.has(flag) else "does not accept"
+        out.missing = f"{flags.release} {what} {shown} ({flags.source}), needed for {knob}"
+        return False
+
+    value = getattr(config, knob)
+    if knob == "tp_size":
+        if need("--tp-size"):
+            out.args += ["--tp-size", str(value)]
+    elif knob == "speculative_algorithm":
+        if config.speculative and need("--speculative-algorithm", value):
+            out.args += ["--speculative-algorithm", value]
+            draft = spec.draft_model_path
+            if draft and value in DRAFT_MODEL_ALGORITHMS and need("--speculative-draft-model-path"):
+                out.args += ["--speculative-draft-model-path", draft]
+    elif knob in SPECULATIVE_NUMBERS:
+        flag = "--" + knob.replace("_", "-")
+        if config.speculative and value is not None and need(flag):
+            out.args += [flag, str(value)]
+    elif knob == "cuda_graph_max_bs":
+        if value is not None:
+            flag = "--cuda-graph-max-bs-decode"
+            if not flags.has(flag) and flags.has("--cuda-graph-max-bs"):
+                flag = "--cuda-graph-max-bs"
+            if need(flag):
+                out.args += [flag, str(value)]
+    elif knob == "disable_cuda_graph":
+        if value:
+            if flags.accepts("--cuda-graph-backend-decode", "disabled"):
+                out.args += ["--cuda-graph-backend-decode", "disabled"]
+                if flags.accepts("--cuda-graph-backend-prefill", "disabled"):
+                    out.args += ["--cuda-graph-backend-prefill", "disabled"]
+            elif need("--disable-cuda-graph"):
+                out.args.append("--disable-cuda-graph")
+    elif knob == "max_running_requests":
+        cap = max_running_requests_for(config, workload)
+        if cap is not None and need("--max-running-requests"):
+            out.args += ["--max-running-requests", str(cap)]
+    elif knob == "attention_backend":
+        if value is not None and need("--attention-backend", value):
+            out.args += ["--attention-backend", value]
+    elif knob == "allreduce":
+        _spell_allreduce(flags, value, out, need)
+    elif knob in _SIMPLE_VALUE_KNOBS:
+        flag = _SIMPLE_VALUE_KNOBS[knob]
+        if value is not None and need(flag):
+            out.args += [flag, repr(value) if isinstance(value, float) else str(value)]
+    else:
+        raise ConfigError(
+            f"unknown knob {knob!r}", hint="known knobs: " + ", ".join(ServerConfig.knob_names())
+        )
+    if out.missing is not None:
+        out.args, out.env = [], {}
+    return out
+
+
+def _spell_allreduce(flags: FlagSet, mode: str, out: Spelling, need: Callable[[str], bool]) -> None:
+    if mode == "flashinfer_fusion":
+        if flags.accepts("--flashinfer-allreduce-fusion-backend", "auto"):
+            out.args += ["--flashinfer-allreduce-fusion-backend", "auto"]
+        elif need("--enable-flashinfer-allreduce-fusion"):
+            out.args.append("--enable-flashinfer-allreduce-fusion")
+        return
+    if mode in _SINGLE_FLAG_MODES and need(_SINGLE_FLAG_MODES[mode]):
+        out.args.append(_SINGLE_FLAG_MODES[mode])
+    if mode in _NCCL_ALGO:
+        out.env["NCCL_ALGO"] = _NCCL_ALGO[mode]
+    # Releases that enable FlashInfer fusion by themselves on some GPUs and models get told not
+    # to, so that the mode recorded is the mode that runs.
+    if flags.has(_FUSION_OFF):
+        out.args.append(_FUSION_OFF)
+
+
+def max_running_requests_for(config: ServerConfig, workload: WorkloadSpec | None) -> int | None:
+    """The ``--max-running-requests`` to pass: the knob, else what the workload needs.
+
+    Under speculative decoding with the knob unset SGLang caps running requests at 48; a workload
+    with more concurrent requests gets the cap raised to its concurrency. ``None``: not passed.
+    """
+    if config.max_running_requests is not None:
+        return config.max_running_requests
+    if (
+        config.speculative
+        and workload is not None
+        and workload.concurrency > SPEC_MAX_RUNNING_REQUESTS
+    ):
+        return workload.concurrency
+    return None
+
+
+def build_server_args(
+    flags: FlagSet,
+    spec: EngineSpec,
+    config: ServerConfig,
+    *,
+    port: int,
+    workload: WorkloadSpec | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """SGLang's options for ``config`` (what follows ``-m sglang.launch_server``) and env to add.
+
+    ``--enable-metrics`` is always passed. ``spec.extra_args`` are not included.
+
+    Raises:
+        EngineError: a knob ``flags``' release cannot express (the message names the flag).
+    """
+    args = ["--model-path", spec.model_path, "--host", spec.host, "--port", str(port)]
+    env: dict[str, str] = {}
+    knobs = ServerConfig.knob_names()
+    for knob in ("tp_size", *(k for k in knobs if k != "tp_size")):
+        spelled = spell_knob(flags, spec, config, knob, workload=workload)
+        if spelled.missing is not None:
+            raise EngineError(
+                f"cannot launch {knob}={getattr(config, knob)!r}: {spelled.missing}",
+                hint="remove that choice from the space, or use an SGLang release that has it",
+            )
+        args += spelled.args
+        env.update(spelled.env)
+    if flags.has("--enable-metrics"):
+        args.append("--enable-metrics")
+    return args, env
+
+
+def first_missing(flags: FlagSet, spec: EngineSpec, config: ServerConfig) -> Infeasible | None:
+    """The first knob of ``config`` that ``flags``' release cannot express, as a refusal."""
+    for knob in ServerConfig.knob_names():
+        spelled = spell_knob(flags, spec, config, knob)
+        if spelled.missing is not None:
+            return Infeasible(spelled.missing, category="bad_args", knob=knob)
+    return None
+
+
+def unsupported_in(
+    flags: FlagSet, spec: EngineSpec, knob: str, values: Iterable[Any]
+) -> dict[Any, str]:
+    """The values of ``knob`` that ``flags``' release cannot express, with the reason each.
+
+    Raises:
+        ConfigError: ``knob`` is not a canonical knob name.
+    """
+    if knob not in ServerConfig.knob_names():
+        raise ConfigError(
+            f"unknown knob {knob!r}", hint="known knobs: " + ", ".join(ServerConfig.knob_names())
+        )
+    out: dict[Any, str] = {}
+    for value in values:
+        params: dict[str, Any] = {knob: value}
+        if knob in SPECULATIVE_NUMBERS:
+            params["speculative_algorithm"] = "EAGLE3"
+        try:
+            config = ServerConfig.from_params(params)
+        except ConfigError as e:
+            out[value] = e.message
+            continue
+        spelled = spell_knob(flags, spec, config, knob)
+        if spelled.missing is not None:
+            out[value] = spelled.missing
+    return out
+
+
+class SGLangEngine(Engine):
+    """Launches ``python -m sglang.launch_server`` in the flags of the release that will run.
+
+    ``flags`` fixes the release's flag set (tests, tools); otherwise it comes from
+    ``spec.sglang_version`` (autotune's table) or is detected once per interpreter and prefix.
+    """
+
+    kind = "sglang"
+
+    def __init__(self, spec: EngineSpec, *, flags: FlagSet | None = None) -> None:
+        super().__init__(spec)
+        self._fixed = flags
+        self._detected: dict[tuple[tuple[str, ...], str], FlagSet] = {}
+
+    @property
+    def python(self) -> str:
+        """The interpreter that runs the server: ``engine.python``, else this one (or ``python3``
+        behind a launch prefix, where this interpreter's path means nothing)."""
+        if self.spec.python:
+            return self.spec.python
+        return "python3" if self.spec.launch_prefix else sys.executable
+
+    def flagset(self) -> FlagSet:
+        """The flag set of the SGLang release that will run (detected on first use).
+
+        Raises:
+            EngineError: SGLang cannot be imported by the interpreter (detection only).
+        """
+        if self._fixed is not None:
+            return self._fixed
+        if self.spec.sglang_version:
+            return known_flagset(self.spec.sglang_version)
+        key = (tuple(self.spec.launch_prefix), self.python)
+        found = self._detected.get(key)
+        if found is None:
+            found = detect_flagset(self.python, self.spec.launch_prefix, env=self.spec.env)
+            self._detected[key] = found
+        return found
+
+    def describe(self) -> str:
+        flags = self.flagset()
+        return f"{flags.release} ({flags.source})"
+
+    def check_installed(self) -> None:
+        self.flagset()
+
+    def build_launch(
+        self, config: ServerConfig, *, port: int, workload: WorkloadSpec | None = None
+    ) -> LaunchSpec:
+        args, knob_env = build_server_args(
+            self.flagset(), self.spec, config, port=port, workload=workload
+        )
+        argv = [*self.spec.launch_prefix, self.python, "-m", "sglang.launch_server", *args]
+        argv += self.spec.extra_args
+        return make_launch(self.spec, argv, knob_env, port)
+
+    def precheck(self, config: ServerConfig) -> Infeasible | None:
+        return first_missing(self.flagset(), self.spec, config)
+
+    def unsupported_values(self, knob: str, values: Iterable[Any]) -> dict[Any, str]:
+        return unsupported_in(self.flagset(), self.spec, knob, values)
+
+    def hardware(self) -> Hardware:
+        """The GPUs of this machine, read with NVML (None fields without a GPU or driver)."""
+        return _nvml_hardware()
+
+    def weights_gib(self, algorithm: str | None = None) -> tuple[float | None, float | None]:
+        """Checkpoint sizes on disk (``*.safetensors``, else ``*.bin``) of local model folders."""
+        target = _checkpoint_gib(self.spec.model_path)
+        draft = None
+        if algorithm is None or algorithm.upper() in DRAFT_MODEL_ALGORITHMS:
+            draft = _checkpoint_gib(self.spec.draft_model_path)
+        return target, draft
+
+
+def make_launch(
+    spec: EngineSpec, argv: list[str], knob_env: dict[str, str], port: int
+) -> LaunchSpec:
+    """A :class:`LaunchSpec` with ``spec.env`` under the knobs' environment, secrets marked."""
+    env = {**spec.env, **knob_env}
+    secret = frozenset(name for name in env if is_secret_name(name))
+    return LaunchSpec(argv=tuple(argv), env=env, port=port, host=spec.host, secret_env=secret)
+
+
+def _checkpoint_gib(path: str | None) -> float | None:
+    if not path:
+        return None
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        return None
+    try:
+        for pattern in ("*.safetensors", "*.bin"):
+            files = [p for p in root.rglob(pattern) if p.is_file()]
+            if files:
+                return sum(p.stat().st_size for p in files) / 2**30
+    except OSError:
+        return None
+    return None
+
+
+def _nvml_hardware() -> Hardware:
+    try:
+        import pynvml
+    except ImportError:
+        return Hardware()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return Hardware()
+    try:
+        count = int(pynvml.nvmlDeviceGetCount())
+        if count == 0:
+            return Hardware(gpu_count=0)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return Hardware(
+            gpu_name=name.decode() if isinstance(name, bytes) else str(name),
+            gpu_count=count,
+            memory_gib=float(memory),
+            compute_capability=(int(major), int(minor)),
+            interconnect=_interconnect(pynvml, handle) if count > 1 else None,
+        )
+    except pynvml.NVMLError:
+        return Hardware()
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+def _interconnect(pynvml: Any, handle: Any) -> str | None:
+    """``nvlink`` when GPU 0 has an active NVLink, else ``pcie``."""
+    try:
+        links = int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))
+        for link in range(links):
+            try:
+                if pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
+                    return "nvlink"
+            except pynvml.NVMLError:
+                break
+    except Exception:
+        return None
+    return "pcie"

@@ -1,0 +1,120 @@
+"""The simulated-SGLang adapter: the same command line as SGLang, run by ``python -m autotune.sim``.
+
+The simulated server accepts SGLang's flag names in one of two release dialects
+(``engine.sim.dialect``: ``0.5.23`` or ``0.5.3``), so the launch is built by the SGLang adapter's
+own code from autotune's table of that release, followed by the ``--sim-*`` options. Hardware and
+weight sizes come from the simulator's profile.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from autotune._errors import ConfigError
+from autotune.engines._base import Engine, Hardware, Infeasible
+from autotune.engines._dialects import FlagSet, known_flagset
+from autotune.engines._sglang import build_server_args, first_missing, make_launch, unsupported_in
+
+if TYPE_CHECKING:
+    from autotune._knobs import ServerConfig
+    from autotune.bench._workload import WorkloadSpec
+    from autotune.engines._spec import EngineSpec, LaunchSpec
+    from autotune.sim._profile import Profile
+
+#: The SGLang releases whose command line the simulated server speaks.
+SIM_DIALECTS = ("0.5.23", "0.5.3")
+
+
+class SimEngine(Engine):
+    """Launches the simulated SGLang server with the flags of ``engine.sim.dialect``."""
+
+    kind = "sim"
+
+    def __init__(self, spec: EngineSpec) -> None:
+        super().__init__(spec)
+        dialect = spec.sim.dialect
+        if dialect not in SIM_DIALECTS:
+            raise ConfigError(
+                f"the simulated server has no dialect {dialect!r}",
+                location="engine.sim.dialect",
+                hint="choose one of: " + ", ".join(SIM_DIALECTS),
+            )
+        self._flags = known_flagset(dialect)
+
+    @property
+    def python(self) -> str:
+        return self.spec.python or sys.executable
+
+    def flagset(self) -> FlagSet:
+        """The flag set of the SGLang release the simulated server imitates."""
+        return self._flags
+
+    def describe(self) -> str:
+        sim = self.spec.sim
+        return (
+            f"simulated SGLang {sim.dialect} (profile {sim.profile}, time scale {sim.time_scale})"
+        )
+
+    def build_launch(
+        self, config: ServerConfig, *, port: int, workload: WorkloadSpec | None = None
+    ) -> LaunchSpec:
+        args, knob_env = build_server_args(
+            self._flags, self.spec, config, port=port, workload=workload
+        )
+        sim = self.spec.sim
+        argv = [self.python, "-m", "autotune.sim", *args, *self.spec.extra_args]
+        argv += ["--sim-profile", sim.profile, "--sim-dialect", sim.dialect]
+        argv += ["--sim-time-scale", repr(float(sim.time_scale))]
+        argv += ["--sim-noise", repr(float(sim.noise))]
+        if sim.seed is not None:
+            argv += ["--sim-seed", str(sim.seed)]
+        for fault in sim.faults:
+            argv += ["--sim-fault", fault]
+        return make_launch(self.spec, argv, knob_env, port)
+
+    def precheck(self, config: ServerConfig) -> Infeasible | None:
+        return first_missing(self._flags, self.spec, config)
+
+    def unsupported_values(self, knob: str, values: Iterable[Any]) -> dict[Any, str]:
+        return unsupported_in(self._flags, self.spec, knob, values)
+
+    def hardware(self) -> Hardware:
+        """The simulated GPUs, from the profile (unknown fields when it has none)."""
+        profile = self._profile()
+        if profile is None:
+            return Hardware()
+        hw = profile.hardware
+        capability = tuple(hw.compute_capability)
+        return Hardware(
+            gpu_name=hw.gpu_name,
+            gpu_count=hw.gpu_count,
+            memory_gib=float(hw.memory_gib),
+            compute_capability=(int(capability[0]), int(capability[1])),
+            interconnect=hw.interconnect,
+        )
+
+    def weights_gib(self, algorithm: str | None = None) -> tuple[float | None, float | None]:
+        """The profile's target weights (all GPUs together) and draft weights (per GPU).
+
+        ``algorithm`` None: the profile's only draft, if it has exactly one.
+        """
+        profile = self._profile()
+        if profile is None:
+            return None, None
+        target = float(profile.model.weights_gib)
+        if algorithm is None:
+            drafts = list(profile.drafts)
+            if len(drafts) != 1:
+                return target, None
+            algorithm = drafts[0]
+        draft = profile.draft_weights_gib(algorithm.upper())
+        return target, None if draft is None else float(draft)
+
+    def _profile(self) -> Profile | None:
+        try:
+            from autotune.sim import load_profile
+        except ImportError:
+            return None
+        return load_profile(self.spec.sim.profile)

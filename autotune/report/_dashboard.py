@@ -1,0 +1,59 @@
+"""``autotune dashboard``: optuna-dashboard on a study's storage, with its artifacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TextIO
+
+from autotune._errors import ConfigError
+from autotune.study._storage import StudyPaths, artifact_store, open_storage, study_paths
+
+
+def dashboard_paths(
+    study_name: str | None,
+    storage: str | None,
+    studies_dir: str | Path,
+    artifacts_dir: str | Path | None,
+) -> StudyPaths:
+    """The storage and artifact folder the dashboard serves."""
+    if study_name is None and storage is None:
+        dbs = sorted(Path(studies_dir).expanduser().glob("*.db"))
+        if len(dbs) != 1:
+            found = ", ".join(p.stem for p in dbs) or "none"
+            raise ConfigError(
+                f"which study? {len(dbs)} study databases in {str(studies_dir)!r} ({found})",
+                hint="give --study-name NAME or --storage URL",
+            )
+        study_name = dbs[0].stem
+    name = study_name or "study"
+    return study_paths(name, storage=storage, studies_dir=studies_dir, artifacts_dir=artifacts_dir)
+
+
+def serve_dashboard(
+    *,
+    study_name: str | None,
+    storage: str | None,
+    studies_dir: str | Path,
+    artifacts_dir: str | Path | None,
+    host: str,
+    port: int,
+    out: TextIO,
+) -> None:
+    """Serve optuna-dashboard until interrupted (bound to 127.0.0.1 unless told otherwise)."""
+    from optuna_dashboard import run_server
+
+    from autotune.server import port_in_use
+
+    paths = dashboard_paths(study_name, storage, studies_dir, artifacts_dir)
+    if paths.sqlite_file is not None and not paths.sqlite_file.exists():
+        raise ConfigError(
+            f"no study database {str(paths.sqlite_file)!r}",
+            hint="start a study first, or pass --storage/--studies-dir",
+        )
+    if port_in_use(host, port):
+        raise ConfigError(f"port {port} on {host} is already in use", hint="choose --port")
+    rdb = open_storage(paths)
+    store = artifact_store(paths)
+    out.write(f"optuna-dashboard on http://{host}:{port}/ ({paths.storage_url}); Ctrl-C stops\n")
+    out.flush()
+    run_server(rdb, host=host, port=port, artifact_store=store)

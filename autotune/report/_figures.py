@@ -1,0 +1,123 @@
+"""Figures of a study (plotly): optimisation history and the crash map.
+
+Both take a loaded :class:`optuna.Study`; they are what the review notebook shows, and plotly
+figures also render in optuna-dashboard's notes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+    import plotly.graph_objects as go
+
+#: Colours of outcomes in the figures (measured trials are blue).
+OUTCOME_COLOURS = {
+    "ok": "#1f77b4",
+    "oom_kv_pool": "#d62728",
+    "oom_cuda_graph": "#ff7f0e",
+    "oom_runtime": "#8c564b",
+    "unsupported_arch": "#9467bd",
+    "graph_capture_other": "#e377c2",
+    "nccl_error": "#7f7f7f",
+    "bad_args": "#bcbd22",
+    "other_crash": "#17becf",
+    "timeout": "#393b79",
+    "infeasible": "#aaaaaa",
+}
+
+
+def trials_frame(study: optuna.Study) -> list[dict[str, Any]]:
+    """One row per finished trial: number, role, outcome, value, speed-up, startup, knobs."""
+    from optuna.trial import TrialState
+
+    rows = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        attrs = t.user_attrs
+        config = attrs.get("config") if isinstance(attrs.get("config"), dict) else t.params
+        rows.append(
+            {
+                "number": t.number,
+                "role": attrs.get("role"),
+                "outcome": attrs.get("outcome"),
+                "value": t.value,
+                "speedup": attrs.get("speedup"),
+                "accept_length": attrs.get("accept_length"),
+                "startup_s": attrs.get("startup_s"),
+                **{f"knob:{k}": v for k, v in (config or {}).items()},
+            }
+        )
+    return rows
+
+
+def optimization_history(study: optuna.Study) -> go.Figure:
+    """Objective per trial and the best so far; crashed trials marked on the axis."""
+    import plotly.graph_objects as go
+
+    rows = trials_frame(study)
+    maximize = study.direction.name == "MAXIMIZE"
+    measured = [r for r in rows if r["outcome"] == "ok" and r["value"] is not None]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=[r["number"] for r in measured],
+            y=[r["value"] for r in measured],
+            mode="markers",
+            name="measured",
+            marker={"color": OUTCOME_COLOURS["ok"]},
+        )
+    )
+    best: list[float] = []
+    xs: list[int] = []
+    current: float | None = None
+    for r in sorted(measured, key=lambda r: r["number"]):
+        v = float(r["value"])
+        current = v if current is None else (max(current, v) if maximize else min(current, v))
+        xs.append(r["number"])
+        best.append(current)
+    fig.add_trace(go.Scatter(x=xs, y=best, mode="lines", name="best so far", line_shape="hv"))
+    floor = min((r["value"] for r in measured), default=0.0)
+    for outcome in sorted({r["outcome"] for r in rows if r["outcome"] != "ok"}):
+        crashed = [r for r in rows if r["outcome"] == outcome]
+        fig.add_trace(
+            go.Scatter(
+                x=[r["number"] for r in crashed],
+                y=[floor * 0.9] * len(crashed),
+                mode="markers",
+                marker={"symbol": "x", "color": OUTCOME_COLOURS.get(outcome, "#000000")},
+                name=outcome,
+            )
+        )
+    fig.update_layout(
+        title=f"{study.study_name}: optimisation history",
+        xaxis_title="trial",
+        yaxis_title=str(study.user_attrs.get("autotune:metric", "objective")),
+    )
+    return fig
+
+
+def crash_map(
+    study: optuna.Study, x: str = "mem_fraction_static", y: str = "cuda_graph_max_bs"
+) -> go.Figure:
+    """Every finished trial at its ``x``/``y`` knobs, coloured by outcome."""
+    import plotly.graph_objects as go
+
+    rows = [r for r in trials_frame(study) if f"knob:{x}" in r and f"knob:{y}" in r]
+    fig = go.Figure()
+    for outcome in sorted({str(r["outcome"]) for r in rows}):
+        group = [r for r in rows if str(r["outcome"]) == outcome]
+        fig.add_trace(
+            go.Scatter(
+                x=[r[f"knob:{x}"] for r in group],
+                y=[r[f"knob:{y}"] for r in group],
+                mode="markers",
+                name=outcome,
+                text=[f"trial {r['number']}" for r in group],
+                marker={"size": 10, "color": OUTCOME_COLOURS.get(outcome, "#000000")},
+            )
+        )
+    fig.update_layout(
+        title=f"{study.study_name}: outcomes by {x} and {y}", xaxis_title=x, yaxis_title=y
+    )
+    return fig

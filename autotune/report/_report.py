@@ -1,0 +1,170 @@
+"""The report of a study: the best configuration against the baseline, and what crashed.
+
+Read-only: it opens the storage without heartbeats and never changes a study, so it is safe to
+run while a study is running (and against a study another machine is running).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune._errors import StorageError
+from autotune.study._record import STUDY_METRIC, STUDY_REFUSED, STUDY_TARGET
+from autotune.study._storage import StudyPaths, open_storage, study_paths
+
+if TYPE_CHECKING:
+    import optuna
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    number: int
+    role: str
+    outcome: str
+    value: float | None
+    speedup: float | None
+    startup_s: float | None
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """Everything ``autotune study report`` prints."""
+
+    study_name: str
+    storage_url: str
+    metric: str
+    direction: str
+    target: int | None
+    finished: int
+    running: int
+    failed: int
+    baseline_value: float | None
+    best: TrialRow | None
+    best_command: str | None
+    best_sglang_command: str | None
+    outcomes: dict[str, int]
+    refused_before_launch: dict[str, int]
+    rows: list[TrialRow] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_study(
+    name: str, *, storage: str | None = None, studies_dir: str | Path = "studies"
+) -> tuple[optuna.Study, StudyPaths]:
+    """Open an existing study for reading."""
+    import optuna
+
+    paths = study_paths(name, storage=storage, studies_dir=studies_dir)
+    if paths.sqlite_file is not None and not paths.sqlite_file.exists():
+        raise StorageError(
+            f"no study database {str(paths.sqlite_file)!r}",
+            hint="list studies with `autotune study list`, or pass --storage/--studies-dir",
+        )
+    rdb = open_storage(paths)
+    names = {s.study_name for s in rdb.get_all_studies()}
+    if name not in names:
+        raise StorageError(
+            f"no study named {name!r} in {paths.storage_url}",
+            hint="studies there: " + (", ".join(sorted(names)) or "none"),
+        )
+    return optuna.load_study(study_name=name, storage=rdb), paths
+
+
+def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    rows = [_row(t) for t in finished]
+    baseline = next((r.value for r in rows if r.role == "baseline" and r.outcome == "ok"), None)
+    maximize = study.direction.name == "MAXIMIZE"
+    measured = [
+        r
+        for r, t in zip(rows, finished, strict=True)
+        if r.outcome == "ok" and r.value is not None and _feasible(t)
+    ]
+    best = None
+    if measured:
+        best = (max if maximize else min)(measured, key=lambda r: float(r.value or 0.0))
+    best_trial = next((t for t in finished if best and t.number == best.number), None)
+    target = study.user_attrs.get(STUDY_TARGET)
+    return StudyReport(
+        study_name=study.study_name,
+        storage_url=paths.storage_url,
+        metric=str(study.user_attrs.get(STUDY_METRIC, "objective")),
+        direction="maximize" if maximize else "minimize",
+        target=target if isinstance(target, int) else None,
+        finished=len(finished),
+        running=sum(t.state == TrialState.RUNNING for t in trials),
+        failed=sum(t.state == TrialState.FAIL for t in trials),
+        baseline_value=baseline,
+        best=best,
+        best_command=None if best_trial is None else best_trial.user_attrs.get("command"),
+        best_sglang_command=None
+        if best_trial is None
+        else best_trial.user_attrs.get("sglang_command", best_trial.user_attrs.get("command")),
+        outcomes=dict(Counter(r.outcome for r in rows)),
+        refused_before_launch=dict(study.user_attrs.get(STUDY_REFUSED) or {}),
+        rows=rows,
+    )
+
+
+def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
+    return all(v <= 0 for v in trial.constraints.values()) if trial.constraints else True
+
+
+def _row(trial: optuna.trial.FrozenTrial) -> TrialRow:
+    attrs = trial.user_attrs
+    config = attrs.get("config")
+    return TrialRow(
+        number=trial.number,
+        role=str(attrs.get("role", "search")),
+        outcome=str(attrs.get("outcome", "unknown")),
+        value=trial.value if trial.value is not None else None,
+        speedup=attrs.get("speedup"),
+        startup_s=attrs.get("startup_s"),
+        config=dict(config) if isinstance(config, dict) else dict(trial.params),
+    )
+
+
+def format_report(report: StudyReport) -> str:
+    """The report as text for a terminal."""
+    lines = [
+        f"study {report.study_name}  ({report.storage_url})",
+        f"trials: {report.finished} finished"
+        + (f" of {report.target}" if report.target else "")
+        + (f", {report.running} running" if report.running else "")
+        + (f", {report.failed} interrupted" if report.failed else ""),
+    ]
+    if report.baseline_value is not None:
+        lines.append(f"baseline (no speculation): {report.baseline_value:.2f} {report.metric}")
+    else:
+        lines.append("baseline: not measured")
+    best = report.best
+    if best is None:
+        lines.append("best: no configuration was measured yet")
+    else:
+        speed = f"  x{best.speedup:.2f} over the baseline" if best.speedup is not None else ""
+        lines.append(
+            f"best: trial {best.number} ({best.role}): {best.value:.2f} {report.metric}{speed}"
+        )
+        for key, value in best.config.items():
+            lines.append(f"    {key} = {value}")
+        if best.role == "baseline":
+            lines.append("    no speculative configuration beat the baseline")
+        if report.best_sglang_command:
+            lines.append("launch it with:")
+            lines.append(f"    {report.best_sglang_command}")
+    lines.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(report.outcomes.items())))
+    if report.refused_before_launch:
+        lines.append(
+            "proposals refused before launch (no GPU time spent): "
+            + ", ".join(f"{k} {v}" for k, v in sorted(report.refused_before_launch.items()))
+        )
+    return "\n".join(lines)

@@ -1,0 +1,32 @@
+"""Studies: the tuning loop, its storage, its sampler and the trial record.
+
+``start_study`` creates a study from a search space and runs it; ``resume_study`` continues one
+after a crash, a reboot or Ctrl-C. Everything lands in an Optuna RDB storage (SQLite by default)
+with server logs and raw benchmark results as artifacts, for optuna-dashboard and the report.
+"""
+
+from __future__ import annotations
+
+from autotune.study._record import CRASH_OUTCOMES, INFEASIBLE, OK, TIMEOUT, TrialRecord
+from autotune.study._runner import StudySummary, resume_study, start_study
+from autotune.study._sampler import SAMPLERS, AutotuneSampler, build_sampler
+from autotune.study._setup import StudyOptions
+from autotune.study._storage import StudyPaths, open_storage, study_paths
+
+__all__ = [
+    "CRASH_OUTCOMES",
+    "INFEASIBLE",
+    "OK",
+    "SAMPLERS",
+    "TIMEOUT",
+    "AutotuneSampler",
+    "StudyOptions",
+    "StudyPaths",
+    "StudySummary",
+    "TrialRecord",
+    "build_sampler",
+    "open_storage",
+    "resume_study",
+    "start_study",
+    "study_paths",
+]

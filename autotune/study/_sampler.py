@@ -1,0 +1,336 @@
+"""The sampler of a study: Optuna's Bayesian samplers, taught by crashes, kept off known failures.
+
+Optuna's GPSampler fits only COMPLETE trials, TPE ranks PRUNED trials without intermediate values
+last, and neither knows that a crash happened *because* of a knob. autotune records a start-up
+crash truthfully (a PRUNED trial with its ``outcome``) and teaches the sampler through a view of
+the study in which:
+
+* every crashed or refused trial appears as a COMPLETE trial with the worst value measured so far
+  and a violated constraint (``starts > 0``), so GPSampler's constrained acquisition (LogCEI) and
+  TPE's feasibility split both learn the crashed region;
+* the baseline trial (no speculation, outside the space) is left out;
+* proposals the tuner already knows cannot start (SGLang's rules, the engine release, known
+  incompatibilities, the memory estimate, lessons of earlier crashes; see
+  :mod:`autotune.study._feasibility`) are added as *phantom* crashed trials and the base sampler is
+  asked again, so no GPU time and no trial is spent on them.
+
+Proposals are repaired to what SGLang would run: with top-k 1 the draft tokens are steps + 1,
+and never more draft tokens than the tree holds (steps x top-k + 1). The repaired values are what
+the trial records and what is launched.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune._errors import ConfigError
+from autotune.space import ParamSpec, SearchSpace
+from autotune.study._feasibility import Feasibility
+from autotune.study._record import OK, is_crash
+
+SAMPLERS = ("auto", "gp", "tpe", "random")
+
+#: How many times a proposal known to fail is replaced before it is recorded as refused.
+MAX_ATTEMPTS = 40
+
+
+class AutotuneSampler(BaseSampler):
+    """Wraps an Optuna sampler; see the module docstring."""
+
+    def __init__(
+        self,
+        base: optuna.samplers.BaseSampler,
+        space: SearchSpace,
+        feasibility: Feasibility | None,
+        *,
+        seed: int | None = None,
+        n_startup_trials: int = 6,
+        constraints: Callable[[FrozenTrial], Sequence[float]] | None = None,
+        on_refusal: Callable[[str], None] | None = None,
+        repair: bool = True,
+    ) -> None:
+        self.base = base
+        self.space = space
+        self.feasibility = feasibility
+        self.rng = random.Random(seed)
+        self.n_startup_trials = n_startup_trials
+        self.constraints = constraints
+        self.on_refusal = on_refusal
+        self.repair_proposals = repair
+
+    # --- Optuna's BaseSampler interface ----------------------------------------------------
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return {
+            name: dist for name, dist in self.space.distributions().items() if not dist.single()
+        }
+
+    def sample_relative(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        search_space: dict[str, BaseDistribution],
+    ) -> dict[str, Any]:
+        if "fixed_params" in trial.system_attrs:
+            return {}
+        view = StudyView(study, self.space, self.constraints)
+        proposal: dict[str, Any] = {}
+        for _ in range(MAX_ATTEMPTS):
+            proposal = self._propose(view, trial, search_space)
+            if self.feasibility is None:
+                return proposal
+            verdict = self.feasibility.check(self.space.config_for(proposal), proposal)
+            if verdict is None:
+                return proposal
+            if self.on_refusal is not None:
+                self.on_refusal(verdict.category)
+            view.add_phantom(proposal)
+        return proposal
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
+        self.rng.seed()
+
+    # --- proposals -------------------------------------------------------------------------
+    def _propose(
+        self, view: StudyView, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        proposal: dict[str, Any] = {}
+        if view.usable_count() >= self.n_startup_trials:
+            proposal = dict(
+                self.base.sample_relative(view, trial, search_space)  # type: ignore[arg-type]
+            )
+        proposal = self._complete(proposal)
+        return self.repair(proposal) if self.repair_proposals else proposal
+
+    def _complete(self, proposal: Mapping[str, Any]) -> dict[str, Any]:
+        """Keep the active parameters, drawing the missing ones at random."""
+        out: dict[str, Any] = {}
+        for param in self.space.parameters:
+            if not param.active({**self.space.fixed, **out}):
+                continue
+            if param.name in proposal:
+                out[param.name] = param.normalise(proposal[param.name])
+            else:
+                out[param.name] = random_value(param, self.rng)
+        return out
+
+    def repair(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Bring the draft-token count to what SGLang would run for these steps and top-k."""
+        out = dict(params)
+        draft = self.space.parameter("speculative_num_draft_tokens")
+        if draft is None or draft.name not in out:
+            return out
+        merged = {**self.space.fixed, **out}
+        steps, topk = merged.get("speculative_num_steps"), merged.get("speculative_eagle_topk")
+        if not isinstance(steps, int) or not isinstance(topk, int):
+            return out
+        value = int(out[draft.name])
+        target = steps + 1 if topk == 1 else min(max(2, value), steps * topk + 1)
+        if target != value:
+            choices = draft.values()
+            if choices is None or target in choices:
+                out[draft.name] = target
+            else:
+                fitting = [c for c in choices if c <= steps * topk + 1]
+                if topk > 1 and fitting:
+                    out[draft.name] = min(fitting, key=lambda c: abs(c - target))
+        return out
+
+
+class StudyView:
+    """The study as the base sampler sees it (see the module docstring)."""
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        space: SearchSpace,
+        constraints: Callable[[FrozenTrial], Sequence[float]] | None,
+    ) -> None:
+        self._study = study
+        self._space = space
+        self._constraints = constraints
+        self._required = {p.name for p in space.parameters if not p.when}
+        self._phantoms: list[FrozenTrial] = []
+        self._worst = 0.0
+        self._real = self._build()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def add_phantom(self, params: Mapping[str, Any]) -> None:
+        self._phantoms.append(self._frozen(params, None))
+
+    def usable_count(self) -> int:
+        return len(self._real) + len(self._phantoms)
+
+    def _get_trials(
+        self,
+        deepcopy: bool = True,
+        states: Sequence[TrialState] | None = None,
+        use_cache: bool = False,
+    ) -> list[FrozenTrial]:
+        running = [
+            t
+            for t in self._study._get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if self._required <= set(t.params)
+        ]
+        everything = self._real + self._phantoms + running
+        if states is None:
+            return list(everything)
+        return [t for t in everything if t.state in states]
+
+    def get_trials(
+        self, deepcopy: bool = True, states: Sequence[TrialState] | None = None
+    ) -> list[FrozenTrial]:
+        return self._get_trials(deepcopy, states)
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        return self._get_trials()
+
+    @property
+    def _storage(self) -> Any:
+        return _QuietStorage(self._study._storage)
+
+    def _build(self) -> list[FrozenTrial]:
+        finished = self._study._get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
+        )
+        usable = [t for t in finished if t.params and self._required <= set(t.params)]
+        measured = [
+            t.value for t in usable if t.state == TrialState.COMPLETE and t.value is not None
+        ]
+        if measured:
+            maximize = self._study.direction == optuna.study.StudyDirection.MAXIMIZE
+            self._worst = min(measured) if maximize else max(measured)
+        out = []
+        for t in usable:
+            outcome = t.user_attrs.get("outcome")
+            if t.state == TrialState.COMPLETE and outcome == OK and t.value is not None:
+                out.append(self._frozen(t.params, t))
+            elif is_crash(outcome):
+                out.append(self._frozen(t.params, None))
+        return out
+
+    def _frozen(self, params: Mapping[str, Any], source: FrozenTrial | None) -> FrozenTrial:
+        """A COMPLETE trial: the measured one, or a crashed one at the worst value."""
+        dists = self._space.distributions()
+        constraints: tuple[float, ...]
+        if source is not None and self._constraints is not None:
+            constraints = tuple(self._constraints(source))
+        else:
+            constraints = (1.0,) * (1 + len(self._space.objective.constraints))
+        value = self._worst if source is None or source.value is None else source.value
+        return optuna.trial.create_trial(
+            state=TrialState.COMPLETE,
+            value=value,
+            params={k: params[k] for k in dists if k in params},
+            distributions={k: d for k, d in dists.items() if k in params},
+            system_attrs={"constraints": constraints},
+        )
+
+
+class _QuietStorage:
+    """The storage, minus the base sampler's notes about a proposal that may be replaced."""
+
+    def __init__(self, storage: Any) -> None:
+        self._storage = storage
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        if key.startswith("relative_params"):
+            return
+        self._storage.set_trial_system_attr(trial_id, key, value)
+
+
+def random_value(param: ParamSpec, rng: random.Random) -> Any:
+    """A uniformly drawn value (log-uniform for log parameters)."""
+    if param.kind == "categorical":
+        return rng.choice(list(param.choices))
+    assert param.low is not None and param.high is not None
+    if param.log:
+        value = math.exp(rng.uniform(math.log(param.low), math.log(param.high)))
+        if param.kind == "int":
+            return int(min(param.high, max(param.low, round(value))))
+        return value
+    values = param.values()
+    if values is not None:
+        return rng.choice(list(values))
+    return rng.uniform(param.low, param.high)
+
+
+def build_sampler(
+    name: str,
+    space: SearchSpace,
+    feasibility: Feasibility | None,
+    *,
+    seed: int | None,
+    constraints: Callable[[FrozenTrial], Sequence[float]],
+    on_refusal: Callable[[str], None] | None = None,
+    n_startup_trials: int = 6,
+) -> AutotuneSampler:
+    """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE)."""
+    choice = name
+    if choice == "auto":
+        choice = "tpe" if space.conditional else "gp"
+    base: optuna.samplers.BaseSampler
+    if choice == "gp":
+        base = optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False
+        )
+    elif choice == "tpe":
+        base = optuna.samplers.TPESampler(
+            seed=seed,
+            n_startup_trials=n_startup_trials,
+            multivariate=True,
+            group=space.conditional,
+            constant_liar=True,
+            warn_independent_sampling=False,
+        )
+    elif choice == "random":
+        base = optuna.samplers.RandomSampler(seed=seed)
+        n_startup_trials = 10**9
+    else:
+        raise ConfigError(f"unknown sampler {name!r}", hint="choose one of: " + ", ".join(SAMPLERS))
+    return AutotuneSampler(
+        base,
+        space,
+        feasibility,
+        seed=seed,
+        n_startup_trials=n_startup_trials,
+        constraints=constraints,
+        on_refusal=on_refusal,
+    )

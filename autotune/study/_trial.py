@@ -1,0 +1,240 @@
+"""One trial: judge, launch, watch the start-up, benchmark, stop, record.
+
+The server is always stopped (TERM, then KILL, the whole process tree) before a trial returns,
+whatever happens in between: a crash line, a time-out, a failed benchmark, Ctrl-C. A start-up
+crash ends the wait at the line that decides it, so it costs seconds, not the start-up timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune._errors import BenchmarkError
+from autotune._knobs import ServerConfig
+from autotune.bench import (
+    BenchmarkClient,
+    BenchmarkResult,
+    ClientOptions,
+    Measurement,
+    measure_sync,
+)
+from autotune.crashes import LiveClassifier, classify_file
+from autotune.engines import Engine, LaunchSpec
+from autotune.server import (
+    GpuMonitor,
+    ServerProcess,
+    find_free_port,
+    identity_of,
+    wait_for_startup,
+    wait_port_released,
+)
+from autotune.space import ObjectiveSpec, SearchSpace
+from autotune.study._feasibility import Feasibility
+from autotune.study._record import INFEASIBLE, OK, TIMEOUT, TrialRecord
+
+log = logging.getLogger("autotune.study")
+
+
+@dataclass
+class TrialFiles:
+    """Files a trial leaves behind, uploaded as artifacts."""
+
+    folder: Path
+    server_log: Path | None = None
+    results: Path | None = None
+
+    def existing(self) -> list[Path]:
+        return [p for p in (self.server_log, self.results) if p is not None and p.exists()]
+
+
+@dataclass
+class TrialHooks:
+    """Callbacks of a running trial: the process record, phase changes, early stop."""
+
+    on_launch: Callable[[dict[str, Any]], None] = lambda identity: None
+    on_phase: Callable[[str], None] = lambda phase: None
+    early_stop: Callable[[Sequence[BenchmarkResult]], bool] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TrialRunner:
+    """Runs trials of one space on one engine. See the module docstring."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        engine: Engine,
+        feasibility: Feasibility,
+        *,
+        sglang_command: Callable[[ServerConfig, int], str] | None = None,
+    ) -> None:
+        self.space = space
+        self.engine = engine
+        self.feasibility = feasibility
+        self.sglang_command = sglang_command
+        self._gpus: GpuMonitor | None = None
+
+    @property
+    def objective(self) -> ObjectiveSpec:
+        return self.space.objective
+
+    def gpus(self) -> GpuMonitor:
+        if self._gpus is None:
+            self._gpus = GpuMonitor()
+            if not self._gpus.available():
+                log.info("GPU release check skipped: %s", self._gpus.reason)
+        return self._gpus
+
+    def run(
+        self,
+        config: ServerConfig,
+        params: dict[str, Any] | None,
+        *,
+        role: str,
+        files: TrialFiles,
+        hooks: TrialHooks,
+    ) -> TrialRecord:
+        """Run one trial of ``config`` (``params``: the searched knobs; None for the baseline)."""
+        verdict = None if role == "baseline" else self.feasibility.check(config, params)
+        if verdict is not None:
+            return TrialRecord(
+                outcome=INFEASIBLE,
+                role=role,
+                failure_line=verdict.reason,
+                advice=f"refused before launch ({verdict.category})",
+                extra={"refused_as": verdict.category},
+            )
+        spec = self.engine.spec
+        port = find_free_port(spec.host, preferred=spec.port)
+        launch = self.engine.build_launch(config, port=port, workload=self.space.workload)
+        record = TrialRecord(outcome=OK, role=role, command=launch.display())
+        if self.sglang_command is not None:
+            record.extra["sglang_command"] = self.sglang_command(config, spec.port)
+        files.folder.mkdir(parents=True, exist_ok=True)
+        files.server_log = files.folder / "server.log"
+        gpus = self.gpus()
+        baseline = gpus.snapshot() if gpus.available() else None
+        hooks.on_phase("launch")
+        timeouts = spec.timeouts
+        proc = ServerProcess.launch(
+            launch,
+            log_path=files.server_log,
+            term_timeout_s=timeouts.stop_s,
+            kill_timeout_s=max(5.0, timeouts.stop_s / 2),
+        )
+        try:
+            hooks.on_launch(identity_of(proc).to_dict())
+            self._run_started(proc, launch, record, files, hooks)
+        finally:
+            hooks.on_phase("stop")
+            outcome = proc.stop()
+            record.extra["stop_forced"] = outcome.forced
+            wait_port_released(spec.host, port, timeouts.stop_s)
+            if baseline is not None:
+                released = gpus.wait_released(
+                    proc.tree_pids() | set(outcome.pids), baseline, timeouts.gpu_release_s
+                )
+                record.extra["gpu_released"] = released.released
+                if not released.released:
+                    log.warning("GPU memory not released after %s: %s", port, released.detail)
+        return record
+
+    def _run_started(
+        self,
+        proc: ServerProcess,
+        launch: LaunchSpec,
+        record: TrialRecord,
+        files: TrialFiles,
+        hooks: TrialHooks,
+    ) -> None:
+        timeouts = self.engine.spec.timeouts
+        hooks.on_phase("startup")
+        startup = wait_for_startup(
+            proc,
+            classifier=LiveClassifier(),
+            is_ready_line=self.engine.is_ready_line,
+            url=launch.url,
+            timeout_s=timeouts.startup_s,
+        )
+        record.startup_s = startup.startup_s
+        if not startup.ready:
+            record.outcome = (
+                TIMEOUT if startup.status == "timeout" else (startup.category or "other_crash")
+            )
+            record.failure_line = startup.failure_line
+            if files.server_log is not None and record.outcome != TIMEOUT:
+                record.advice = classify_file(files.server_log).advice
+            elif record.outcome == TIMEOUT:
+                record.advice = (
+                    f"the server did not become ready within {timeouts.startup_s:.0f} s; "
+                    "raise engine.timeouts.startup_s if it is merely slow"
+                )
+            return
+        hooks.on_phase("benchmark")
+        client = BenchmarkClient(launch.url, ClientOptions.from_timeouts(timeouts))
+        started = time.monotonic()
+        try:
+            measurement = measure_sync(client, self.space.workload, early_stop=hooks.early_stop)
+        except BenchmarkError as e:
+            record.benchmark_s = time.monotonic() - started
+            self._benchmark_failed(proc, record, files, str(e))
+            return
+        record.benchmark_s = time.monotonic() - started
+        self._record_measurement(record, measurement, files)
+        if proc.poll() is not None:
+            # the server died during the benchmark: keep the figures, record the cause
+            self._benchmark_failed(proc, record, files, "the server exited during the benchmark")
+
+    def _benchmark_failed(
+        self, proc: ServerProcess, record: TrialRecord, files: TrialFiles, detail: str
+    ) -> None:
+        proc.poll()
+        verdict = classify_file(files.server_log) if files.server_log else None
+        if verdict is not None and verdict.is_crash:
+            record.outcome = verdict.category
+            record.failure_line = verdict.evidence
+            record.advice = verdict.advice
+        elif "timed out" in detail or "timeout" in detail:
+            record.outcome = TIMEOUT
+            record.failure_line = detail
+        else:
+            record.outcome = "other_crash"
+            record.failure_line = detail
+        record.value = None
+        record.extra["benchmark_error"] = detail
+
+    def _record_measurement(
+        self, record: TrialRecord, measurement: Measurement, files: TrialFiles
+    ) -> None:
+        med = measurement.medians
+        obj = self.objective
+        record.value = measurement.score(obj.metric, kind=obj.score, mad_k=obj.mad_k)
+        for name in ("output_tok_s", "accept_length", "accept_rate", "ttft_p99_ms", "itl_p99_ms"):
+            record.metrics[name] = med.get(name)
+        record.extra.update(
+            {
+                "total_tok_s": _round(med.get("total_tok_s")),
+                "tpot_p99_ms": _round(med.get("tpot_p99_ms")),
+                "e2e_p99_ms": _round(med.get("e2e_p99_ms")),
+                "failed_requests": int(sum(r.failed for r in measurement.results)),
+                "repeats": len(measurement.results),
+                "stopped_early": measurement.stopped_early,
+                "noisy": measurement.noisy,
+                "spread": _round(measurement.mads.get(obj.metric)),
+                "acceptance_source": ",".join(measurement.acceptance_sources) or None,
+            }
+        )
+        files.results = files.folder / "benchmark.json"
+        files.results.write_text(
+            json.dumps(measurement.to_dict(requests=True), indent=1, default=str)
+        )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 4)

@@ -1,0 +1,97 @@
+"""``autotune sim eval``: the model's verdict without a server, and its agreement with one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from autotune.cli import main
+
+from ._procs import SEED_MODEL, SEED_PROFILE, SimLauncher
+
+SEED_EAGLE = [
+    "tp_size=8", "speculative_algorithm=EAGLE3", "speculative_num_steps=2",
+    "speculative_eagle_topk=4", "speculative_num_draft_tokens=4", "cuda_graph_max_bs=128",
+    "allreduce=nccl",
+]  # fmt: skip
+
+
+def run_eval(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["sim", "eval", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def params(*pairs: str) -> list[str]:
+    return [arg for pair in pairs for arg in ("--param", pair)]
+
+
+def verdict(capsys: pytest.CaptureFixture[str], *pairs: str) -> dict[str, Any]:
+    code, out, err = run_eval(capsys, "--json", *params(*pairs))
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def test_json_verdict_of_a_running_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    data = verdict(capsys, *SEED_EAGLE, "mem_fraction_static=0.88")
+    for key in ("status", "output_tok_s", "accept_length", "accept_rate", "startup_s",
+                "failure_line", "kv_tokens", "max_running_requests"):  # fmt: skip
+        assert key in data
+    assert data["status"] == "ok" and data["failure_line"] is None
+    assert data["output_tok_s"] > 0 and data["accept_length"] > 1
+    assert data["max_running_requests"] == 48
+    assert data["config"]["speculative_num_steps"] == 2
+
+
+def test_auto_and_none_values_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    data = verdict(capsys, "tp_size=8", "speculative_algorithm=none", "mem_fraction_static=auto")
+    assert data["status"] == "ok"
+    assert data["accept_length"] is None
+    assert "mem_fraction_static" not in data["config"]
+
+
+def test_crash_verdict_names_the_line_the_server_prints(
+    capsys: pytest.CaptureFixture[str], sim: SimLauncher
+) -> None:
+    data = verdict(capsys, *SEED_EAGLE, "mem_fraction_static=0.76")
+    assert data["status"] == "oom_kv_pool"
+    assert data["output_tok_s"] is None
+    code, log = sim.run(
+        "--tp", "8", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
+        "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "4",
+        "--cuda-graph-max-bs-decode", "128", "--disable-custom-all-reduce",
+        "--mem-fraction-static", "0.76", profile=SEED_PROFILE, model=SEED_MODEL,
+    )  # fmt: skip
+    assert code != 0
+    assert data["failure_line"] in log.splitlines()
+
+
+def test_readable_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_eval(capsys, "--profile", "h100-llama-3.1-8b", "--workload", "chat-c16")
+    assert code == 0
+    assert "h100-llama-3.1-8b" in out and "chat-c16" in out
+    assert "status: ok" in out and "tok/s" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--param", "speculative_steps=3"], "unknown knob 'speculative_steps'"),
+        (["--param", "tp_size=eight"], "tp_size='eight' is not allowed"),
+        (["--param", "mem_fraction_static=1.2"], "mem_fraction_static"),
+        (["--param", "tp_size"], "expected NAME=VALUE"),
+        (["--env", "NCCL_ALGO"], "expected NAME=VALUE"),
+        (["--workload", "nope"], "has no workload 'nope'"),
+        (["--profile", "nope"], "unknown simulator profile 'nope'"),
+    ],
+)
+def test_mistakes_are_clear_messages_with_exit_2(
+    capsys: pytest.CaptureFixture[str], args: list[str], fragment: str
+) -> None:
+    code, out, err = run_eval(capsys, *args)
+    assert code == 2
+    assert fragment in err
+    assert "Traceback" not in err and out == ""
