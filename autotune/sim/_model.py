@@ -35,13 +35,58 @@ class SimModel:
         return cls(load_profile(name_or_path))
 
     # --- start-up --------------------------------------------------------------------------
+    def resolve(self, config: ServerConfig) -> ServerConfig:
+        """``config`` with what SGLang chooses itself: the automatic speculative numbers.
+
+        With speculation on and no speculative numbers, SGLang picks (steps, top-k, draft
+        tokens) = (5, 4, 8) for Llama and Grok models and (3, 1, 4) for the others.
+        """
+        if not config.speculative or config.speculative_num_steps is not None:
+            return config
+        arch = self.profile.model.architecture
+        steps, topk, draft = (5, 4, 8) if ("Llama" in arch or "Grok" in arch) else (3, 1, 4)
+        return config.replace(
+            speculative_num_steps=steps,
+            speculative_eagle_topk=topk,
+            speculative_num_draft_tokens=draft,
+        )
+
     def plan_startup(
         self, config: ServerConfig, *, env: Mapping[str, str] | None = None
     ) -> StartupPlan:
         """Phases, log lines and the crash (if any) of a server started with ``config``."""
+        env = env or {}
+        config = self.resolve(config)
         if config.speculative and self.profile.draft(config.speculative_algorithm) is None:
             return self._no_draft(config)
-        return self._planner.plan(config, env or {})
+        devices = self._device_failure(config, env)
+        if devices is not None:
+            return devices
+        return self._planner.plan(config, env)
+
+    def _device_failure(self, config: ServerConfig, env: Mapping[str, str]) -> StartupPlan | None:
+        """SGLang's failure when fewer GPUs are visible than tensor parallelism needs."""
+        available = self.profile.hardware.gpu_count
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            available = min(available, len([d for d in visible.split(",") if d.strip()]))
+        if config.tp_size <= available:
+            return None
+        line = (
+            "RuntimeError: No CUDA GPUs are available"
+            if available == 0
+            else "torch.AcceleratorError: CUDA error: invalid device ordinal"
+        )
+        record = (
+            "Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/'
+            'model_runner.py", line 398, in __init__\n'
+            "    torch.get_device_module(self.device).set_device(self.gpu_id)\n"
+            f"{line}"
+        )
+        init = self._planner.plan(config.replace(tp_size=1, speculative_algorithm="none"), env)
+        crash = Crash("other_crash", line, (record,), init.phases[0].name)
+        return StartupPlan((init.phases[0],), crash, None, 0, not config.disable_cuda_graph)
 
     def _no_draft(self, config: ServerConfig) -> StartupPlan:
         heads = ", ".join(self.profile.drafts) or "none"
@@ -59,6 +104,7 @@ class SimModel:
     ) -> AcceptanceModel | None:
         if not config.speculative:
             return None
+        config = self.resolve(config)
         draft = self.profile.draft(config.speculative_algorithm)
         if draft is None:
             return None
@@ -79,6 +125,7 @@ class SimModel:
         acceptance_scale: float | None = None,
     ) -> ServingEngine:
         """The serving engine of a server that started with ``plan``."""
+        config = self.resolve(config)
         if plan.memory is None or plan.crash is not None:
             raise ValueError("a server that did not start cannot serve")
         by_temp = {
@@ -129,6 +176,7 @@ class SimModel:
                 mean_running=None,
             )
         scale = self.profile.acceptance_scale.get(workload.name)
+        config = self.resolve(config)
         engine = self.new_engine(config, plan, acceptance_scale=scale)
         return _VirtualRun(engine, workload, config).run(plan)
 

@@ -151,7 +151,29 @@ def test_gains_shrink_with_concurrency(h100: SimModel) -> None:
     assert gains[2] < 1.0  # a big tree loses at high concurrency
 
 
-def test_gains_shrink_with_tensor_parallelism(h100: SimModel) -> None:
+@pytest.fixture(scope="module")
+def h100x8(tmp_path_factory: pytest.TempPathFactory) -> SimModel:
+    """The H100 profile on an 8-GPU NVLink box (a user's profile file)."""
+    import yaml
+
+    from autotune.sim._profile import PROFILE_DIR
+
+    data = yaml.safe_load((PROFILE_DIR / f"{H100}.yaml").read_text())
+    data["name"] = "h100x8-llama-3.1-8b"
+    data["hardware"]["gpu_count"] = 8
+    path = tmp_path_factory.mktemp("profiles") / "h100x8.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return SimModel(load_profile(path))
+
+
+def test_more_ranks_than_gpus_fails_like_sglang(h100: SimModel) -> None:
+    verdict = h100.evaluate(ServerConfig.from_params({"tp_size": 2}))
+    assert verdict.status == "other_crash"
+    assert verdict.failure_line is not None and "invalid device ordinal" in verdict.failure_line
+
+
+def test_gains_shrink_with_tensor_parallelism(h100x8: SimModel) -> None:
+    h100 = h100x8
     spec = {
         "speculative_algorithm": "EAGLE3",
         "speculative_num_steps": 5,
