@@ -142,6 +142,58 @@ def client_capacity(
         typer.echo("note: the client used most of a core: the token rate is the client's ceiling")
 
 
+@app.command("search")
+def search(
+    space: Annotated[str, typer.Option("--space", help="The search space file (YAML).")],
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", help="Simulator profile name or file (default: the space's)."),
+    ] = None,
+    samplers: Annotated[
+        str,
+        typer.Option(
+            "--samplers",
+            help="Comma-separated: default, tpe, random, grid, sglang-auto; ablations "
+            "of default: no-informed, no-learning, no-refusal.",
+        ),
+    ] = "default,tpe,random,grid,sglang-auto",
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per sampler.")] = 10,
+    budget: Annotated[int, typer.Option("--budget", min=1, help="Trials per study.")] = 40,
+    noise: Annotated[
+        float, typer.Option("--noise", min=0.0, help="Relative measurement noise.")
+    ] = 0.02,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for the table, JSON and figure.")
+    ] = Path("studies/search-bench"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Compare samplers on whole simulated studies: trials and GPU hours to 98% of the optimum."""
+    import sys
+
+    from autotune.searchbench import format_table, run_search_benchmark, write_outputs
+
+    def note(strategy: str, seed: int) -> None:
+        if sys.stderr.isatty():
+            sys.stderr.write(f"\r{strategy} seed {seed}   ")
+            sys.stderr.flush()
+
+    result = run_search_benchmark(
+        space,
+        profile=profile,
+        strategies=[s.strip() for s in samplers.split(",") if s.strip()],
+        seeds=seeds,
+        budget=budget,
+        noise=noise,
+        on_study=note,
+    )
+    paths = write_outputs(result, out)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        typer.echo(format_table(result))
+        typer.echo("written: " + ", ".join(str(p) for p in paths))
+
+
 def _workload(path: Path | None, **overrides: Any) -> WorkloadSpec:
     from autotune.bench import WorkloadSpec
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autotune.sim._acceptance import AcceptanceModel, DraftTree
@@ -109,7 +110,7 @@ class ServingEngine:
         cuda_graph: bool,
         chunk: int,
         acceptance: AcceptanceModel | None,
-        acceptance_by_temperature: dict[float, AcceptanceModel] | None = None,
+        acceptance_for: Callable[[float], AcceptanceModel | None] | None = None,
         noise: float = 0.0,
         seed: int = 0,
     ) -> None:
@@ -121,7 +122,8 @@ class ServingEngine:
         self.cuda_graph = cuda_graph
         self.chunk = max(1, chunk)
         self._acceptance = acceptance
-        self._by_temp = acceptance_by_temperature or {}
+        self._acceptance_for = acceptance_for
+        self._by_temp: dict[float, AcceptanceModel | None] = {}
         self.rng = random.Random(seed)
         self.noise = _Noise(noise, noise * 0.5, random.Random(seed + 1))
         self.waiting: deque[_Req] = deque()
@@ -223,12 +225,18 @@ class ServingEngine:
         self._refresh()
         return StepResult(duration, "prefill", events, *self._counts(decoding))
 
-    def _acceptance_for(self, temperature: float) -> AcceptanceModel | None:
-        return self._by_temp.get(round(temperature, 2), self._acceptance)
+    def _model_for(self, temperature: float) -> AcceptanceModel | None:
+        """The acceptance model at a request's temperature (built once per temperature)."""
+        key = round(temperature, 2)
+        if key == 0.0 or self._acceptance_for is None:
+            return self._acceptance
+        if key not in self._by_temp:
+            self._by_temp[key] = self._acceptance_for(key)
+        return self._by_temp[key]
 
     def _tree(self, req: _Req) -> tuple[AcceptanceModel, DraftTree] | None:
         cfg = self.config
-        model = self._acceptance_for(req.temperature)
+        model = self._model_for(req.temperature)
         if model is None or not cfg.speculative:
             return None
         tree = model.tree(
@@ -299,13 +307,32 @@ class ServingEngine:
         return StepResult(duration, "decode", events, *self._counts(batch))
 
     def _duration(self, batch: int, context: float, gain: float, cycles: int, graph: bool) -> float:
-        """Seconds for ``cycles`` steps; the context grows by ``gain`` tokens per step."""
-        total_ms = 0.0
-        ctx = context
-        for _ in range(cycles):
-            total_ms += self._one_ms(batch, ctx, gain, graph)
-            ctx += gain
-        return total_ms / 1000.0
+        """Seconds for ``cycles`` steps; the context grows by ``gain`` tokens per step.
+
+        A step's time is ``a + max(b + k * context, c)`` (memory grows with the context read by
+        attention, compute does not): flat while compute-bound, then linear. The sum over the
+        steps is taken exactly in closed form: the flat part, then an arithmetic series.
+        """
+
+        def f(i: float) -> float:
+            return self._one_ms(batch, context + gain * i, gain, graph)
+
+        if cycles <= 3:
+            return sum(f(i) for i in range(cycles)) / 1000.0
+        last = cycles - 1
+        first, final = f(0), f(last)
+        if abs(f(last / 2) - (first + final) / 2) <= 1e-9 * max(1.0, final):
+            return cycles * (first + final) / 2 / 1000.0
+        lo, hi = 0, last  # f(lo) is on the flat part, f(hi) above it
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if f(mid) <= first + 1e-12:
+                lo = mid
+            else:
+                hi = mid
+        flat = (lo + 1) * first
+        linear = (last - lo) * (f(lo + 1) + final) / 2
+        return (flat + linear) / 1000.0
 
     def _one_ms(self, batch: int, context: float, gain: float, graph: bool) -> float:
         if self.config.speculative and self._acceptance is not None:

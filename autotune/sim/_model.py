@@ -128,11 +128,6 @@ class SimModel:
         config = self.resolve(config)
         if plan.memory is None or plan.crash is not None:
             raise ValueError("a server that did not start cannot serve")
-        by_temp = {
-            t: m
-            for t in (0.0, 0.3, 0.6, 0.7, 0.8, 1.0)
-            if (m := self.acceptance(config, temperature=t, scale=acceptance_scale)) is not None
-        }
         return ServingEngine(
             timer=StepTimer(self.profile, config),
             kv_tokens=plan.memory.kv_tokens,
@@ -141,7 +136,7 @@ class SimModel:
             cuda_graph=plan.cuda_graph,
             chunk=config.chunked_prefill_size or self.profile.runtime.default_chunked_prefill,
             acceptance=self.acceptance(config, scale=acceptance_scale),
-            acceptance_by_temperature=by_temp,
+            acceptance_for=lambda t: self.acceptance(config, temperature=t, scale=acceptance_scale),
             noise=noise,
             seed=seed,
         )

@@ -35,6 +35,7 @@ from autotune._errors import ConfigError
 from autotune.space import ParamSpec, SearchSpace
 from autotune.study._feasibility import Feasibility
 from autotune.study._record import OK, is_crash
+from autotune.study._reparam import DraftFill
 
 SAMPLERS = ("auto", "gp", "tpe", "random")
 
@@ -56,6 +57,7 @@ class AutotuneSampler(BaseSampler):
         constraints: Callable[[FrozenTrial], Sequence[float]] | None = None,
         on_refusal: Callable[[str], None] | None = None,
         repair: bool = True,
+        learn_from_crashes: bool = True,
     ) -> None:
         self.base = base
         self.space = space
@@ -65,6 +67,8 @@ class AutotuneSampler(BaseSampler):
         self.constraints = constraints
         self.on_refusal = on_refusal
         self.repair_proposals = repair
+        self.fill = DraftFill(space)
+        self.learn_from_crashes = learn_from_crashes
 
     # --- Optuna's BaseSampler interface ----------------------------------------------------
     def infer_relative_search_space(
@@ -82,19 +86,48 @@ class AutotuneSampler(BaseSampler):
     ) -> dict[str, Any]:
         if "fixed_params" in trial.system_attrs:
             return {}
-        view = StudyView(study, self.space, self.constraints)
+        view = StudyView(
+            study, self.space, self.constraints, self.fill, crashes=self.learn_from_crashes
+        )
+        seen = _tried(study)
         proposal: dict[str, Any] = {}
         for _ in range(MAX_ATTEMPTS):
             proposal = self._propose(view, trial, search_space)
-            if self.feasibility is None:
-                return proposal
-            verdict = self.feasibility.check(self.space.config_for(proposal), proposal)
-            if verdict is None:
+            if _key(proposal) in seen:
+                proposal = self._neighbour(proposal, seen)
+            reason = self._refusal(proposal)
+            if reason is None:
                 return proposal
             if self.on_refusal is not None:
-                self.on_refusal(verdict.category)
+                self.on_refusal(reason)
             view.add_phantom(proposal)
-        return proposal
+        # the model keeps proposing what cannot run: repair its last proposal instead
+        repaired = self.repair(proposal) if self.repair_proposals else proposal
+        if self._refusal(repaired) is None and _key(repaired) not in seen:
+            return repaired
+        return self._neighbour(repaired, seen)
+
+    def _refusal(self, proposal: Mapping[str, Any]) -> str | None:
+        """The category of why ``proposal`` cannot run, or None."""
+        if self.feasibility is None:
+            return None
+        verdict = self.feasibility.check(self.space.config_for(proposal), proposal)
+        return None if verdict is None else verdict.category
+
+    def _neighbour(self, proposal: Mapping[str, Any], seen: set[Any]) -> dict[str, Any]:
+        """A configuration next to ``proposal`` (one knob one step away) not tried yet."""
+        params = [p for p in self.space.parameters if p.name in proposal]
+        candidate = dict(proposal)
+        for _ in range(4 * MAX_ATTEMPTS):
+            candidate = dict(proposal)
+            for _ in range(1 + self.rng.randrange(2)):
+                param = self.rng.choice(params)
+                candidate[param.name] = _step(param, candidate[param.name], self.rng)
+            if self.repair_proposals:
+                candidate = self.repair(candidate)
+            if _key(candidate) not in seen and self._refusal(candidate) is None:
+                return candidate
+        return candidate
 
     def sample_independent(
         self,
@@ -125,12 +158,17 @@ class AutotuneSampler(BaseSampler):
     def _propose(
         self, view: StudyView, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        proposal: dict[str, Any] = {}
         if view.usable_count() >= self.n_startup_trials:
+            model_space = self.fill.distributions(search_space)
             proposal = dict(
-                self.base.sample_relative(view, trial, search_space)  # type: ignore[arg-type]
+                self.base.sample_relative(view, trial, model_space)  # type: ignore[arg-type]
             )
-        proposal = self._complete(proposal)
+            if proposal:
+                proposal = self.fill.from_model(proposal)
+                # a model's proposal is taken as it is: if SGLang's rules refuse it, the model
+                # learns that from the refusal, rather than from a repaired point it never chose
+                return self._complete(proposal)
+        proposal = self._complete({})
         return self.repair(proposal) if self.repair_proposals else proposal
 
     def _complete(self, proposal: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,10 +214,15 @@ class StudyView:
         study: optuna.Study,
         space: SearchSpace,
         constraints: Callable[[FrozenTrial], Sequence[float]] | None,
+        fill: DraftFill | None = None,
+        *,
+        crashes: bool = True,
     ) -> None:
         self._study = study
+        self._with_crashes = crashes
         self._space = space
         self._constraints = constraints
+        self._fill = fill or DraftFill(space)
         self._required = {p.name for p in space.parameters if not p.when}
         self._phantoms: list[FrozenTrial] = []
         self._worst = 0.0
@@ -239,13 +282,14 @@ class StudyView:
             outcome = t.user_attrs.get("outcome")
             if t.state == TrialState.COMPLETE and outcome == OK and t.value is not None:
                 out.append(self._frozen(t.params, t))
-            elif is_crash(outcome):
+            elif is_crash(outcome) and self._with_crashes:
                 out.append(self._frozen(t.params, None))
         return out
 
     def _frozen(self, params: Mapping[str, Any], source: FrozenTrial | None) -> FrozenTrial:
         """A COMPLETE trial: the measured one, or a crashed one at the worst value."""
-        dists = self._space.distributions()
+        dists = self._fill.distributions(self._space.distributions())
+        params = self._fill.to_model(params)
         constraints: tuple[float, ...]
         if source is not None and self._constraints is not None:
             constraints = tuple(self._constraints(source))
@@ -274,6 +318,35 @@ class _QuietStorage:
         if key.startswith("relative_params"):
             return
         self._storage.set_trial_system_attr(trial_id, key, value)
+
+
+def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((k, round(v, 6) if isinstance(v, float) else v) for k, v in params.items()))
+
+
+def _tried(study: optuna.Study) -> set[tuple[tuple[str, Any], ...]]:
+    """Parameters of trials already run or running (not waiting ones)."""
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+    return {_key(t.params) for t in study._get_trials(deepcopy=False, states=states) if t.params}
+
+
+def _step(param: ParamSpec, value: Any, rng: random.Random) -> Any:
+    """One step from ``value``: the next value up or down, or another choice."""
+    values = param.values()
+    if values is None:
+        assert param.low is not None and param.high is not None
+        span = (param.high - param.low) * 0.1
+        return min(param.high, max(param.low, value + rng.uniform(-span, span)))
+    ordered = list(values)
+    if param.kind == "categorical" and not all(isinstance(v, (int, float)) for v in ordered):
+        others = [v for v in ordered if v != value]
+        return rng.choice(others) if others else value
+    try:
+        i = ordered.index(value)
+    except ValueError:
+        i = min(range(len(ordered)), key=lambda j: abs(float(ordered[j]) - float(value)))
+    j = min(len(ordered) - 1, max(0, i + rng.choice((-1, 1))))
+    return ordered[j]
 
 
 def random_value(param: ParamSpec, rng: random.Random) -> Any:

@@ -1,0 +1,219 @@
+"""``autotune bench search``: how fast each strategy finds a near-best configuration.
+
+Whole studies run against the simulator's model in process (no server processes), each trial
+charged the GPU time it would have cost on the profiled hardware. The table gives, per strategy,
+the median over seeds of the trials and GPU hours needed to reach 98% of the space's true optimum
+(found by evaluating every configuration), and the share of GPU time spent on crashed trials.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune._errors import ConfigError
+from autotune.engines import create_engine
+from autotune.searchbench._bookkeeping import (
+    StrategySummary,
+    StudyScore,
+    quartiles,
+    score_study,
+    summarise,
+)
+from autotune.searchbench._optimum import Optimum, find_optimum
+from autotune.searchbench._oracle import Oracle
+from autotune.searchbench._studies import ABLATIONS, STRATEGIES, StudySimulator
+from autotune.sim import SimModel, load_profile
+from autotune.space import SearchSpace, load_space
+
+log = logging.getLogger("autotune.searchbench")
+
+
+@dataclass(frozen=True)
+class SearchBenchResult:
+    profile: str
+    space: str
+    budget: int
+    seeds: int
+    optimum: Optimum
+    summaries: tuple[StrategySummary, ...]
+    scores: tuple[StudyScore, ...]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "space": self.space,
+            "budget": self.budget,
+            "seeds": self.seeds,
+            "optimum": dataclasses.asdict(self.optimum),
+            "strategies": {s.strategy: s.to_dict() for s in self.summaries},
+            "wall_s": round(self.seconds, 1),
+        }
+
+
+def prepare(space_path: str, profile: str | None) -> tuple[SearchSpace, SimModel]:
+    """The space (its simulator profile replaced by ``profile``) and the model."""
+    space = load_space(space_path)
+    name = profile or space.engine.sim.profile
+    sim = dataclasses.replace(space.engine.sim, profile=name)
+    engine = dataclasses.replace(space.engine, kind="sim", sim=sim)
+    space = dataclasses.replace(space, engine=engine)
+    return space, SimModel(load_profile(name))
+
+
+def run_search_benchmark(
+    space_path: str,
+    *,
+    profile: str | None = None,
+    strategies: Sequence[str] = STRATEGIES,
+    seeds: int = 10,
+    budget: int = 40,
+    noise: float = 0.02,
+    on_study: Callable[[str, int], None] | None = None,
+) -> SearchBenchResult:
+    unknown = [s for s in strategies if s not in STRATEGIES + ABLATIONS]
+    if unknown:
+        raise ConfigError(
+            f"unknown strategy {unknown[0]!r}",
+            hint="choose from: " + ", ".join(STRATEGIES + ABLATIONS),
+        )
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    started = time.monotonic()
+    space, model = prepare(space_path, profile)
+    oracle = Oracle(model, space.workload, metric=space.objective.metric)
+    optimum = find_optimum(space, oracle)
+    log.info("optimum %.2f at %s", optimum.value, optimum.params)
+    simulator = StudySimulator(space, create_engine(space.engine), oracle, noise=noise)
+    maximize = space.objective.direction == "maximize"
+    scores: list[StudyScore] = []
+    summaries = []
+    for strategy in strategies:
+        mine = []
+        for seed in range(seeds):
+            if on_study is not None:
+                on_study(strategy, seed)
+            trace = simulator.run(strategy, seed, budget)
+            mine.append(score_study(trace, optimum.value, oracle.gpus, maximize=maximize))
+        scores += mine
+        summaries.append(summarise(mine))
+    return SearchBenchResult(
+        model.profile.name,
+        space.source,
+        budget,
+        seeds,
+        optimum,
+        tuple(summaries),
+        tuple(scores),
+        time.monotonic() - started,
+    )
+
+
+def format_table(result: SearchBenchResult) -> str:
+    opt = result.optimum
+    lines = [
+        f"profile {result.profile}, space {result.space}: {result.seeds} seeds x "
+        f"{result.budget} trials",
+        f"optimum {opt.value:.2f} at {opt.params}",
+        f"space: {opt.evaluated} configurations; "
+        + ", ".join(f"{k} {v}" for k, v in sorted(opt.statuses.items()))
+        + f"; {opt.near_98} within 98% of the optimum",
+        "",
+        f"{'strategy':<12} {'trials to 95%':>13} {'trials to 98%':>13} {'GPU h to 98%':>12} "
+        f"{'reached 98%':>11} {'crash share':>11} {'final':>7} {'GPU h':>8}",
+    ]
+
+    def num(v: float | None, fmt: str) -> str:
+        return "never" if v is None else format(v, fmt)
+
+    for s in result.summaries:
+        lines.append(
+            f"{s.strategy:<12} {num(s.median_trials_to_95, '.1f'):>13} "
+            f"{num(s.median_trials_to_98, '.1f'):>13} {num(s.median_gpu_hours_to_98, '.1f'):>12} "
+            f"{s.reached_98:>10.0%} {s.median_crash_share:>11.1%} {s.median_final:>7.1%} "
+            f"{s.median_gpu_hours:>8.1f}"
+        )
+    lines.append("")
+    lines.append(
+        "medians over seeds; GPU hours = time the GPUs were held (start-up to ready or crash, "
+        "benchmark, stop) x GPUs; final = best configuration's share of the optimum after the "
+        "budget"
+    )
+    return "\n".join(lines)
+
+
+def write_outputs(result: SearchBenchResult, folder: Path) -> list[Path]:
+    """search.json, search.txt and the history figure (search.html; search.png too when
+    matplotlib is installed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"search-{result.profile}"
+    paths = [folder / f"{stem}.json", folder / f"{stem}.txt"]
+    paths[0].write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    paths[1].write_text(format_table(result) + "\n")
+    paths += _figures(result, folder / stem)
+    return paths
+
+
+def _figures(result: SearchBenchResult, stem: Path) -> list[Path]:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    out = []
+    series = {}
+    for summary in result.summaries:
+        scores = [s for s in result.scores if s.strategy == summary.strategy]
+        q = quartiles(scores, result.budget)
+        series[summary.strategy] = q
+        xs = list(range(1, len(q) + 1))
+        fig.add_trace(go.Scatter(x=xs, y=[v[1] for v in q], name=summary.strategy, mode="lines"))
+        fig.add_trace(
+            go.Scatter(
+                x=xs + xs[::-1],
+                y=[v[2] for v in q] + [v[0] for v in q][::-1],
+                fill="toself",
+                opacity=0.15,
+                line={"width": 0},
+                showlegend=False,
+                name=f"{summary.strategy} quartiles",
+            )
+        )
+    fig.update_layout(
+        title=f"{result.profile}: best configuration found, share of the optimum "
+        f"(median and quartiles over {result.seeds} seeds)",
+        xaxis_title="trial",
+        yaxis_title="share of the optimum",
+    )
+    html = stem.parent / f"{stem.name}.html"
+    fig.write_html(str(html), include_plotlyjs="cdn")
+    out.append(html)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return out
+    fig2, ax = plt.subplots(figsize=(8, 5))
+    for name, q in series.items():
+        xs = list(range(1, len(q) + 1))
+        ax.plot(xs, [v[1] for v in q], label=name)
+        ax.fill_between(xs, [v[0] for v in q], [v[2] for v in q], alpha=0.15)
+    ax.axhline(0.98, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("trial")
+    ax.set_ylabel("share of the optimum")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{result.profile}: median and quartiles over {result.seeds} seeds")
+    ax.legend()
+    png = stem.parent / f"{stem.name}.png"
+    fig2.savefig(png, dpi=110, bbox_inches="tight")
+    plt.close(fig2)
+    out.append(png)
+    return out

@@ -1,0 +1,125 @@
+"""Bookkeeping of simulated studies: progress towards the optimum, GPU time, crash share.
+
+The incumbent after each trial is the configuration with the best *measured* value so far (as a
+user would pick it), judged by its *true* value. A study "reaches" a share of the optimum at the
+first trial whose incumbent's true value is at least that share; trials and GPU hours are
+counted up to and including that trial (the baseline trial counts: the tuner always runs it).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autotune.searchbench._studies import StudyTrace
+
+SHARES = (0.95, 0.98)
+
+
+@dataclass(frozen=True)
+class StudyScore:
+    strategy: str
+    seed: int
+    history: tuple[float, ...]  # incumbent's true value / optimum, after each trial (0: none)
+    trials_to: dict[float, int | None]
+    gpu_hours_to: dict[float, float | None]
+    gpu_hours: float
+    crash_share: float
+    crashes: int
+    refused: int
+
+
+def score_study(trace: StudyTrace, optimum: float, gpus: int, *, maximize: bool) -> StudyScore:
+    best_measured: float | None = None
+    incumbent_true = 0.0
+    history: list[float] = []
+    seconds = 0.0
+    crash_seconds = 0.0
+    crashes = refused = 0
+    trials_to: dict[float, int | None] = dict.fromkeys(SHARES)
+    hours_to: dict[float, float | None] = dict.fromkeys(SHARES)
+    for i, trial in enumerate(trace.trials):
+        seconds += trial.seconds
+        if trial.status == "refused":
+            refused += 1
+        elif trial.status != "ok":
+            crashes += 1
+            crash_seconds += trial.seconds
+        if trial.role != "baseline" and trial.measured is not None and trial.true_value:
+            better = best_measured is None or (
+                trial.measured > best_measured if maximize else trial.measured < best_measured
+            )
+            if better:
+                best_measured = trial.measured
+                share = trial.true_value / optimum if maximize else optimum / trial.true_value
+                incumbent_true = share
+        history.append(incumbent_true)
+        for share in SHARES:
+            if trials_to[share] is None and incumbent_true >= share - 1e-12:
+                trials_to[share] = i + 1
+                hours_to[share] = seconds * gpus / 3600.0
+    return StudyScore(
+        trace.strategy,
+        trace.seed,
+        tuple(history),
+        trials_to,
+        hours_to,
+        seconds * gpus / 3600.0,
+        crash_seconds / seconds if seconds > 0 else 0.0,
+        crashes,
+        refused,
+    )
+
+
+@dataclass(frozen=True)
+class StrategySummary:
+    """Medians over seeds (``None``: not reached in at least half of the seeds)."""
+
+    strategy: str
+    seeds: int
+    median_trials_to_95: float | None
+    median_trials_to_98: float | None
+    median_gpu_hours_to_98: float | None
+    reached_98: float  # share of seeds that reached 98%
+    median_crash_share: float
+    median_final: float  # incumbent's share of the optimum at the end of the budget
+    median_gpu_hours: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarise(scores: Sequence[StudyScore]) -> StrategySummary:
+    def median_or_none(values: Sequence[float | None]) -> float | None:
+        filled = [math.inf if v is None else float(v) for v in values]
+        m = statistics.median(filled)
+        return None if math.isinf(m) else m
+
+    return StrategySummary(
+        strategy=scores[0].strategy,
+        seeds=len(scores),
+        median_trials_to_95=median_or_none([s.trials_to[0.95] for s in scores]),
+        median_trials_to_98=median_or_none([s.trials_to[0.98] for s in scores]),
+        median_gpu_hours_to_98=median_or_none([s.gpu_hours_to[0.98] for s in scores]),
+        reached_98=sum(s.trials_to[0.98] is not None for s in scores) / len(scores),
+        median_crash_share=statistics.median(s.crash_share for s in scores),
+        median_final=statistics.median(s.history[-1] if s.history else 0.0 for s in scores),
+        median_gpu_hours=statistics.median(s.gpu_hours for s in scores),
+    )
+
+
+def quartiles(scores: Sequence[StudyScore], length: int) -> list[tuple[float, float, float]]:
+    """Per trial index: (first quartile, median, third quartile) of the incumbent share."""
+    out = []
+    for i in range(length):
+        values = sorted(s.history[min(i, len(s.history) - 1)] if s.history else 0.0 for s in scores)
+        q = (
+            statistics.quantiles(values, n=4, method="inclusive")
+            if len(values) > 1
+            else [values[0]] * 3
+        )
+        out.append((q[0], statistics.median(values), q[2]))
+    return out

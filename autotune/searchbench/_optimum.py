@@ -1,0 +1,93 @@
+"""The true optimum of a space: every configuration evaluated by the model.
+
+Every parameter must take finitely many values (int ranges, stepped floats, categoricals).
+Configurations SGLang's rules refuse are skipped, as the tuner never launches them. The result
+also tells how the space is made: how many configurations start, crash (by category) or are
+refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune._errors import ConfigError
+from autotune.searchbench._oracle import Oracle
+from autotune.space import SearchSpace, check_rules
+
+
+@dataclass(frozen=True)
+class Optimum:
+    value: float
+    params: dict[str, Any]
+    evaluated: int
+    statuses: dict[str, int] = field(default_factory=dict)
+    #: How many configurations reach 95% and 98% of the optimum.
+    near_95: int = 0
+    near_98: int = 0
+
+
+def grid(space: SearchSpace) -> Iterator[dict[str, Any]]:
+    """Every combination of the parameters' values, honouring ``when`` conditions."""
+    for param in space.parameters:
+        if param.values() is None:
+            raise ConfigError(
+                f"parameter {param.name} has infinitely many values; the search benchmark needs "
+                "a step for float parameters",
+                source=space.source,
+            )
+
+    def walk(i: int, chosen: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if i == len(space.parameters):
+            yield dict(chosen)
+            return
+        param = space.parameters[i]
+        if not param.active({**space.fixed, **chosen}):
+            yield from walk(i + 1, chosen)
+            return
+        for value in param.values() or ():
+            chosen[param.name] = value
+            yield from walk(i + 1, chosen)
+            del chosen[param.name]
+
+    yield from walk(0, {})
+
+
+def find_optimum(space: SearchSpace, oracle: Oracle) -> Optimum:
+    maximize = space.objective.direction == "maximize"
+    statuses: Counter[str] = Counter()
+    values: list[float] = []
+    best: tuple[float, dict[str, Any]] | None = None
+    count = 0
+    for params in grid(space):
+        count += 1
+        config = space.config_for(params)
+        refused = check_rules(config)
+        if refused is not None:
+            statuses[f"refused:{refused.category}"] += 1
+            continue
+        answer = oracle.answer(config)
+        statuses[answer.status] += 1
+        if answer.value is None:
+            continue
+        values.append(answer.value)
+        better = best is None or (answer.value > best[0] if maximize else answer.value < best[0])
+        if better:
+            best = (answer.value, params)
+    if best is None:
+        raise ConfigError("no configuration of the space starts", source=space.source)
+    top = best[0]
+
+    def within(share: float) -> int:
+        if maximize:
+            return sum(v >= share * top for v in values)
+        return sum(v <= top / share for v in values)
+
+    return Optimum(top, best[1], count, dict(statuses), within(0.95), within(0.98))
+
+
+def space_size(space: SearchSpace) -> int:
+    return sum(1 for _ in itertools.islice(grid(space), None))
