@@ -122,6 +122,8 @@ def _finished(summary: object) -> None:
 
     assert isinstance(summary, StudySummary)
     why = " (time budget reached)" if summary.stopped_by == "timeout" else ""
+    if summary.stopped_by == "others":
+        why = f" ({summary.running_elsewhere} more running in other workers)"
     typer.echo(
         f"study {summary.name}: {summary.finished} of {summary.target} trials finished{why}\n"
         f"  report:    autotune study report --study-name {summary.name}\n"

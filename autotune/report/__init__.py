@@ -1,4 +1,4 @@
-"""Reports of studies: the best configuration, its speed-up, crash counts, figures."""
+"""Reports of studies: the best configuration, its speed-up, crash counts, tables and figures."""
 
 from __future__ import annotations
 
@@ -11,13 +11,17 @@ from autotune.report._report import (
     load_study,
 )
 from autotune.report._studies import StudyInfo, list_studies
+from autotune.report._tables import Table, best_trials_table, crash_table
 
 __all__ = [
     "StudyInfo",
     "StudyReport",
+    "Table",
     "TrialRow",
+    "best_trials_table",
     "build_report",
     "crash_map",
+    "crash_table",
     "format_report",
     "list_studies",
     "load_study",

@@ -29,7 +29,8 @@ OUTCOME_COLOURS = {
 
 
 def trials_frame(study: optuna.Study) -> list[dict[str, Any]]:
-    """One row per finished trial: number, role, outcome, value, speed-up, startup, knobs."""
+    """One row per finished trial: number, role, outcome, value, speed-up, acceptance length,
+    start-up seconds, whether it kept the study's constraints, and its knobs (``knob:NAME``)."""
     from optuna.trial import TrialState
 
     rows = []
@@ -45,6 +46,7 @@ def trials_frame(study: optuna.Study) -> list[dict[str, Any]]:
                 "speedup": attrs.get("speedup"),
                 "accept_length": attrs.get("accept_length"),
                 "startup_s": attrs.get("startup_s"),
+                "feasible": all(v <= 0 for v in t.constraints.values()),
                 **{f"knob:{k}": v for k, v in (config or {}).items()},
             }
         )
@@ -52,7 +54,8 @@ def trials_frame(study: optuna.Study) -> list[dict[str, Any]]:
 
 
 def optimization_history(study: optuna.Study) -> go.Figure:
-    """Objective per trial and the best so far; crashed trials marked on the axis."""
+    """Objective per measured trial, the best so far (within the study's constraints), and the
+    trials that were not measured as crosses below the lowest value, one colour per outcome."""
     import plotly.graph_objects as go
 
     rows = trials_frame(study)
@@ -71,7 +74,7 @@ def optimization_history(study: optuna.Study) -> go.Figure:
     best: list[float] = []
     xs: list[int] = []
     current: float | None = None
-    for r in sorted(measured, key=lambda r: r["number"]):
+    for r in sorted((r for r in measured if r["feasible"]), key=lambda r: r["number"]):
         v = float(r["value"])
         current = v if current is None else (max(current, v) if maximize else min(current, v))
         xs.append(r["number"])
@@ -100,10 +103,21 @@ def optimization_history(study: optuna.Study) -> go.Figure:
 def crash_map(
     study: optuna.Study, x: str = "mem_fraction_static", y: str = "cuda_graph_max_bs"
 ) -> go.Figure:
-    """Every finished trial at its ``x``/``y`` knobs, coloured by outcome."""
+    """Every finished trial that sets the knobs ``x`` and ``y``, there, coloured by outcome.
+
+    Raises:
+        ValueError: the study has finished trials but none sets both knobs.
+    """
     import plotly.graph_objects as go
 
-    rows = [r for r in trials_frame(study) if f"knob:{x}" in r and f"knob:{y}" in r]
+    frame = trials_frame(study)
+    rows = [r for r in frame if f"knob:{x}" in r and f"knob:{y}" in r]
+    if frame and not rows:
+        knobs = sorted({k.removeprefix("knob:") for r in frame for k in r if k.startswith("knob:")})
+        raise ValueError(
+            f"no trial of {study.study_name!r} sets both {x!r} and {y!r}; "
+            f"its knobs: {', '.join(knobs)}"
+        )
     fig = go.Figure()
     for outcome in sorted({str(r["outcome"]) for r in rows}):
         group = [r for r in rows if str(r["outcome"]) == outcome]

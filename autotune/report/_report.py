@@ -7,7 +7,7 @@ run while a study is running (and against a study another machine is running).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +19,14 @@ if TYPE_CHECKING:
     import optuna
 
 
+#: Outcomes of trials that were handed back unrun (not interrupted, never measured).
+_NEVER_RAN = frozenset({"surplus"})
+
+
 @dataclass(frozen=True)
 class TrialRow:
+    """One finished trial as the report shows it."""
+
     number: int
     role: str
     outcome: str
@@ -28,6 +34,15 @@ class TrialRow:
     speedup: float | None
     startup_s: float | None
     config: dict[str, Any]
+    accept_length: float | None = None
+    #: Within the study's constraints (a server that did not start violates ``starts``).
+    feasible: bool = True
+    failure_line: str | None = None
+    advice: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.outcome == "ok" and self.value is not None
 
 
 @dataclass(frozen=True)
@@ -41,17 +56,33 @@ class StudyReport:
     target: int | None
     finished: int
     running: int
+    #: Interrupted trials (FAIL): they run again on ``autotune study resume``.
     failed: int
     baseline_value: float | None
     best: TrialRow | None
     best_command: str | None
     best_sglang_command: str | None
+    #: Finished trials by outcome.
     outcomes: dict[str, int]
+    #: Proposals the tuner replaced before asking for a trial, by the failure they would meet.
     refused_before_launch: dict[str, int]
     rows: list[TrialRow] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def top(self, n: int = 10) -> list[TrialRow]:
+        """The ``n`` best measured trials within the constraints, best first (ties: earliest)."""
+        measured = [r for r in self.rows if r.measured and r.feasible]
+        ranked = sorted(
+            measured, key=lambda r: float(r.value or 0.0), reverse=self.direction == "maximize"
+        )
+        return ranked[:n]
+
+    def crashes(self) -> dict[str, int]:
+        """Finished trials that were not measured, by outcome (a crash category, a time-out, or
+        ``infeasible``: refused before launch)."""
+        return {k: v for k, v in sorted(self.outcomes.items()) if k != "ok"}
 
 
 def load_study(
@@ -77,24 +108,16 @@ def load_study(
 
 
 def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
+    """What a study found: its best configuration against the baseline, and what failed."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     rows = [_row(t) for t in finished]
-    baseline = next((r.value for r in rows if r.role == "baseline" and r.outcome == "ok"), None)
+    baseline = next((r.value for r in rows if r.role == "baseline" and r.measured), None)
     maximize = study.direction.name == "MAXIMIZE"
-    measured = [
-        r
-        for r, t in zip(rows, finished, strict=True)
-        if r.outcome == "ok" and r.value is not None and _feasible(t)
-    ]
-    best = None
-    if measured:
-        best = (max if maximize else min)(measured, key=lambda r: float(r.value or 0.0))
-    best_trial = next((t for t in finished if best and t.number == best.number), None)
     target = study.user_attrs.get(STUDY_TARGET)
-    return StudyReport(
+    report = StudyReport(
         study_name=study.study_name,
         storage_url=paths.storage_url,
         metric=str(study.user_attrs.get(STUDY_METRIC, "objective")),
@@ -102,21 +125,42 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
         target=target if isinstance(target, int) else None,
         finished=len(finished),
         running=sum(t.state == TrialState.RUNNING for t in trials),
-        failed=sum(t.state == TrialState.FAIL for t in trials),
+        failed=sum(
+            t.state == TrialState.FAIL and t.user_attrs.get("outcome") not in _NEVER_RAN
+            for t in trials
+        ),
         baseline_value=baseline,
-        best=best,
-        best_command=None if best_trial is None else best_trial.user_attrs.get("command"),
-        best_sglang_command=None
-        if best_trial is None
-        else best_trial.user_attrs.get("sglang_command", best_trial.user_attrs.get("command")),
+        best=None,
+        best_command=None,
+        best_sglang_command=None,
         outcomes=dict(Counter(r.outcome for r in rows)),
         refused_before_launch=dict(study.user_attrs.get(STUDY_REFUSED) or {}),
         rows=rows,
+    )
+    top = report.top(1)
+    if not top:
+        return report
+    best = top[0]
+    attrs = next(t for t in finished if t.number == best.number).user_attrs
+    command = attrs.get("command")
+    return replace(
+        report,
+        best=best,
+        best_command=command,
+        best_sglang_command=attrs.get("sglang_command", command),
     )
 
 
 def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
     return all(v <= 0 for v in trial.constraints.values()) if trial.constraints else True
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _row(trial: optuna.trial.FrozenTrial) -> TrialRow:
@@ -127,9 +171,13 @@ def _row(trial: optuna.trial.FrozenTrial) -> TrialRow:
         role=str(attrs.get("role", "search")),
         outcome=str(attrs.get("outcome", "unknown")),
         value=trial.value if trial.value is not None else None,
-        speedup=attrs.get("speedup"),
-        startup_s=attrs.get("startup_s"),
+        speedup=_number(attrs.get("speedup")),
+        startup_s=_number(attrs.get("startup_s")),
         config=dict(config) if isinstance(config, dict) else dict(trial.params),
+        accept_length=_number(attrs.get("accept_length")),
+        feasible=_feasible(trial),
+        failure_line=_text(attrs.get("failure_line")),
+        advice=_text(attrs.get("advice")),
     )
 
 

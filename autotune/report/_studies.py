@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune._errors import StorageError
-from autotune.study._storage import StudyPaths, open_storage
+from autotune.study._storage import StudyPaths, open_storage, study_paths
 
 
 @dataclass(frozen=True)
@@ -22,12 +22,24 @@ class StudyInfo:
 def list_studies(
     *, storage: str | None = None, studies_dir: str | Path = "studies"
 ) -> list[StudyInfo]:
-    """Studies of ``storage``, or of every ``*.db`` file in ``studies_dir``."""
+    """Studies of ``storage``, or of every ``*.db`` file in ``studies_dir``.
+
+    The best value of each is that of the report: measured trials within the study's constraints.
+
+    Raises:
+        StorageError: ``storage`` cannot be opened, or names a SQLite file that does not exist.
+    """
     import optuna
     from optuna.trial import TrialState
 
     urls: list[str]
     if storage is not None:
+        given = study_paths("study", storage=storage)
+        if given.sqlite_file is not None and not given.sqlite_file.exists():
+            raise StorageError(
+                f"no study database {str(given.sqlite_file)!r}",
+                hint="check the --storage URL, or list a folder with --studies-dir",
+            )
         urls = [storage]
     else:
         folder = Path(studies_dir).expanduser().resolve()
@@ -46,8 +58,17 @@ def list_studies(
             study = optuna.load_study(study_name=s.study_name, storage=rdb)
             trials = study.get_trials(deepcopy=False)
             done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-            values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value]
-            maximize = study.direction.name == "MAXIMIZE"
+            single = len(study.directions) == 1  # a multi-objective study has no one best
+            values = [
+                t.value
+                for t in trials
+                if single
+                and t.state == TrialState.COMPLETE
+                and t.value is not None
+                and t.user_attrs.get("outcome", "ok") == "ok"
+                and all(v <= 0 for v in t.constraints.values())
+            ]
+            maximize = study.directions[0].name == "MAXIMIZE"
             best = (max if maximize else min)(values) if values else None
             out.append(
                 StudyInfo(

@@ -124,8 +124,8 @@ class StudySimulator:
         study = optuna.create_study(
             direction="maximize" if self.maximize else "minimize", sampler=sampler
         )
-        for params, role in self._first(strategy):
-            study.enqueue_trial(params, user_attrs={"role": role})
+        for first, first_role in self._first(strategy):
+            study.enqueue_trial(first, user_attrs={"role": first_role})
         traces: list[TrialTrace] = []
         for number in range(budget):
             if feasibility is not None and learn:

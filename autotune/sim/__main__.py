@@ -22,16 +22,12 @@ import uvicorn
 
 from autotune._errors import AutotuneError
 from autotune.sim._args import ArgumentRuleError, LaunchArgs, parse_launch_args, resolve_launch
-from autotune.sim._logging import (
-    SITE_PACKAGES,
-    SGLangLog,
-    uvicorn_log_config,
-    uvicorn_started_lines,
-)
+from autotune.sim._logging import SGLangLog, uvicorn_log_config, uvicorn_started_lines
 from autotune.sim._model import SimModel
 from autotune.sim._profile import load_profile
+from autotune.sim._responses import ServerInfo
 from autotune.sim._runtime import ServingRuntime
-from autotune.sim._server import ServerInfo, SimServer
+from autotune.sim._server import SimServer
 
 READY_LINE = "The server is fired up and ready to roll!"
 _SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
@@ -69,10 +65,13 @@ class SimProcess:
         self.log = log
         self.env = env
         self.profile = load_profile(launch.sim.profile)
-        self.resolution = resolve_launch(
-            launch, architecture=self.profile.model.architecture, env=env
-        )
         self.model = SimModel(self.profile)
+        self.resolution = resolve_launch(
+            launch,
+            architecture=self.profile.model.architecture,
+            env=env,
+            resolve=self.model.resolve,
+        )
         self.plan = self.model.plan_startup(self.resolution.config, env=env)
         self._stop = asyncio.Event()
 
@@ -109,10 +108,6 @@ class SimProcess:
                 return 0
             for record in phase.lines:
                 self.log.record(record)
-            if phase.name == plan.phases[0].name and (lines := self._device_failure()):
-                for record in lines:
-                    self.log.record(record)
-                return 1
             if sim.faults.hang_startup and phase.name == "load_weights":
                 await self._stop.wait()
                 return 0
@@ -121,32 +116,6 @@ class SimProcess:
                     self.log.record(record)
                 return plan.crash.exit_code
         return 0 if self._stop.is_set() else None
-
-    def _device_failure(self) -> tuple[str, ...]:
-        """SGLang's failure when fewer GPUs are visible than tensor parallelism needs."""
-        tp = self.resolution.config.tp_size
-        available = self.profile.hardware.gpu_count
-        visible = self.env.get("CUDA_VISIBLE_DEVICES")
-        if visible is not None:
-            available = min(available, len([d for d in visible.split(",") if d.strip()]))
-        if tp <= available:
-            return ()
-        error = (
-            "RuntimeError: No CUDA GPUs are available"
-            if available == 0
-            else "torch.AcceleratorError: CUDA error: invalid device ordinal\n"
-            "GPU device may be out of range, do you have enough GPUs?"
-        )
-        pkg = f"{SITE_PACKAGES}/sglang/srt"
-        record = (
-            "Scheduler hit an exception: Traceback (most recent call last):\n"
-            f'  File "{pkg}/managers/scheduler.py", line 2937, in run_scheduler_process\n'
-            "    scheduler = Scheduler(\n"
-            f'  File "{pkg}/model_executor/model_runner.py", line 398, in __init__\n'
-            "    torch.get_device_module(self.device).set_device(self.gpu_id)\n"
-            f"{error}"
-        )
-        return (record, _SIGQUIT)
 
     async def _serve(self) -> int:
         a, sim = self.resolution.server_args, self.launch.sim

@@ -5,7 +5,11 @@ that step's deadline, then delivers the step's tokens to the waiting requests. D
 monotonic schedule (each is the previous deadline plus the step's modelled duration), so sleeping
 imprecisely does not add up to drift; a loop that fell behind delivers its late step at once and
 schedules the next from now, so it never bursts more than one step early to catch up. Serving is
-never time-scaled: a step the model times at 31 ms takes 31 ms.
+never time-scaled: a step the model times at 31 ms takes 31 ms. Which requests a step admits is
+decided by the admission window of :mod:`autotune.sim._admission`: a step begins at the end of
+the previous one (or at the arrival that ended an idle spell), and requests that arrive shortly
+after that boundary, such as a closed-loop client's replacements for the requests that just
+finished, still join it.
 
 The loop also prints SGLang's ``Prefill batch`` line for every prefill step and the ``Decode
 batch`` line every ``--decode-log-interval`` decode steps, keeps the latency histograms behind
@@ -18,45 +22,15 @@ import asyncio
 import contextlib
 import time
 import uuid
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from autotune.sim._admission import Admission
 from autotune.sim._engine import ServingEngine
+from autotune.sim._exposition import ServerMetrics
 from autotune.sim._faults import FaultPlan, cuda_crash_lines
 from autotune.sim._logging import SITE_PACKAGES, SGLangLog, WindowStats, decode_line, prefill_line
 from autotune.sim._types import SimRequest, StepResult, TokenEvent
-
-_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
-_ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06,
-                0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8)  # fmt: skip
-_E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 800)
-
-
-@dataclass
-class Histogram:
-    """A Prometheus histogram: cumulative buckets, count and sum."""
-
-    buckets: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    count: int = 0
-
-    def observe(self, value: float, times: int = 1) -> None:
-        if not self.counts:
-            self.counts = [0] * (len(self.buckets) + 1)
-        self.counts[bisect_left(self.buckets, value)] += times
-        self.total += value * times
-        self.count += times
-
-    def cumulative(self) -> list[tuple[str, int]]:
-        counts = self.counts or [0] * (len(self.buckets) + 1)
-        out: list[tuple[str, int]] = []
-        running = 0
-        for bound, n in zip((*self.buckets, None), counts, strict=True):
-            running += n
-            out.append(("+Inf" if bound is None else repr(float(bound)), running))
-        return out
 
 
 @dataclass
@@ -95,6 +69,7 @@ class ServingRuntime:
         num_draft_tokens: int,
         faults: FaultPlan,
         on_fatal: Callable[[Sequence[str], int], None],
+        admission: Admission | None = None,
     ) -> None:
         self.engine = engine
         self.log = log
@@ -105,9 +80,10 @@ class ServingRuntime:
         self.faults = faults
         self.on_fatal = on_fatal
         self.completed = 0
-        self.ttft = Histogram(_TTFT_BUCKETS)
-        self.itl = Histogram(_ITL_BUCKETS)
-        self.e2e = Histogram(_E2E_BUCKETS)
+        self.metrics = ServerMetrics(
+            speculative=self.speculative, num_draft_tokens=num_draft_tokens
+        )
+        self.admission = admission or Admission()
         self._requests: dict[str, RequestState] = {}
         self._wake = asyncio.Event()
         self._closed = asyncio.Event()
@@ -133,6 +109,8 @@ class ServingRuntime:
         state = RequestState(uuid.uuid4().hex, prompt_tokens, max_new_tokens, counted)
         self._requests[state.rid] = state
         self.engine.submit(SimRequest(state.rid, prompt_tokens, max_new_tokens, temperature))
+        self.admission.arrived(asyncio.get_running_loop().time())
+        import sys; print(f'ARRIVE {asyncio.get_running_loop().time():.4f}', file=sys.stderr)
         self._wake.set()
         return state
 
@@ -161,6 +139,7 @@ class ServingRuntime:
         """Abort every request and stop the loop (server shutdown)."""
         self._closed.set()
         self._wake.set()
+        self.admission.close()
         for state in list(self._requests.values()):
             state.aborted = True
             state.queue.put_nowait(None)
@@ -170,30 +149,49 @@ class ServingRuntime:
     # --- the loop --------------------------------------------------------------------------
     async def run(self) -> None:
         """Drive the engine until :meth:`close`."""
-        deadline: float | None = None
         loop = asyncio.get_running_loop()
+        begin: float | None = None  # when the next step begins; None: at the next arrival
+        last: StepResult | None = None  # the step delivered last
+        since = 0  # arrivals before that delivery
+        delivered_at = 0.0
         while not self._closed.is_set():
+            finished = sum(1 for ev in last.events if ev.finished) if last else 0
+            if finished and last is not None:
+                await self.admission.replacements(
+                    finished, since=since, opened=delivered_at, step_s=last.duration_s
+                )
+            last = None
+            if self._closed.is_set():
+                return
             if not self.engine.has_work():
+                idle_since = loop.time()
                 self._wake.clear()
                 await self._wake.wait()
-                deadline = None
-                continue
+                if self._closed.is_set() or not self.engine.has_work():
+                    begin = None
+                    continue
+                arrival = self.admission.last_arrival
+                begin = arrival if arrival >= idle_since else loop.time()
+                await self.admission.burst(begin)
             result = self.engine.step()
             if result.kind == "idle" and not result.events:
                 self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=0.05)
-                deadline = None
+                begin = None
                 continue
-            deadline = next_deadline(deadline, result.duration_s, loop.time())
+            deadline = next_deadline(begin, result.duration_s, loop.time())
             await asyncio.sleep(max(0.0, deadline - loop.time()))
+            since, delivered_at = self.admission.arrivals, loop.time()
             crash = self._deliver(result)
+            import sys; print(f'DELIVER {loop.time():.4f} {result.kind} {len(result.events)} fin={sum(1 for e in result.events if e.finished)} dur={result.duration_s*1000:.2f} late={(loop.time()-deadline)*1000:.2f}', file=sys.stderr)
             self._log_step(result)
             if crash:
                 # let the last response reach its client, then die as a crashed scheduler does
                 await asyncio.sleep(0.01)
                 self.on_fatal(cuda_crash_lines(SITE_PACKAGES), 1)
                 return
+            last, begin = result, deadline
 
     def _deliver(self, result: StepResult) -> bool:
         now = time.monotonic()
@@ -205,10 +203,10 @@ class ServingRuntime:
             if ev.new_tokens > 0:
                 if state.first_token_at is None or state.last_token_at is None:
                     state.first_token_at = now
-                    self.ttft.observe(now - state.created)
+                    self.metrics.ttft.observe(now - state.created)
                 else:
                     gap = now - state.last_token_at
-                    self.itl.observe(gap / ev.new_tokens, ev.new_tokens)
+                    self.metrics.itl.observe(gap / ev.new_tokens, ev.new_tokens)
                 state.last_token_at = now
             state.completion_tokens += ev.new_tokens
             if ev.verify:
@@ -222,7 +220,7 @@ class ServingRuntime:
                 state.finished = True
                 state.done.set()
                 self._requests.pop(state.rid, None)
-                self.e2e.observe(now - state.created)
+                self.metrics.e2e.observe(now - state.created)
                 if state.counted:
                     self.completed += 1
                     crash = crash or self.faults.crashes_after(self.completed)
@@ -284,60 +282,7 @@ class ServingRuntime:
     # --- metrics ---------------------------------------------------------------------------
     def render_metrics(self, model_name: str) -> str:
         """Prometheus text exposition of SGLang's ``sglang:`` metrics."""
-        s = self.engine.stats
-        labels = f'engine_type="unified",model_name="{_escape(model_name)}",pp_rank="0",tp_rank="0"'
-        gauges = {
-            "num_running_reqs": ("The number of running requests.", s.running),
-            "num_used_tokens": ("The number of used tokens.", s.used_tokens),
-            "token_usage": ("The token usage.", s.token_usage),
-            "gen_throughput": ("The generation throughput (token/s).", s.last_gen_throughput),
-            "num_queue_reqs": ("The number of requests in the waiting queue.", s.queued),
-            "cache_hit_rate": ("The prefix cache hit rate.", 0.0),
-            "max_total_num_tokens": ("Maximum total number of tokens.", s.max_total_num_tokens),
-            "spec_accept_length": (
-                "The average acceptance length of speculative decoding.",
-                s.avg_spec_accept_length if self.speculative else 0.0,
-            ),
-            "spec_accept_rate": (
-                "The average acceptance rate of speculative decoding.",
-                self._accept_rate() if self.speculative else 0.0,
-            ),
-        }
-        out: list[str] = []
-        for name, (help_text, value) in gauges.items():
-            out += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} gauge"]
-            out.append(f"sglang:{name}{{{labels}}} {float(value)!r}")
-        counters = {
-            "prompt_tokens_total": ("Number of prefill tokens processed.", s.prompt_tokens_total),
-            "generation_tokens_total": (
-                "Number of generation tokens processed.",
-                s.generation_tokens_total,
-            ),
-            "num_requests_total": ("Number of requests processed.", s.num_requests_total),
-        }
-        for name, (help_text, value) in counters.items():
-            out += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} counter"]
-            out.append(f"sglang:{name}{{{labels}}} {float(value)!r}")
-        histograms = {
-            "time_to_first_token_seconds": ("Histogram of time to first token in seconds.",
-                                            self.ttft),
-            "inter_token_latency_seconds": ("Histogram of inter-token latency in seconds.",
-                                            self.itl),
-            "e2e_request_latency_seconds": ("Histogram of End-to-end request latency in seconds",
-                                            self.e2e),
-        }  # fmt: skip
-        for name, (help_text, hist) in histograms.items():
-            out += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} histogram"]
-            for bound, n in hist.cumulative():
-                out.append(f'sglang:{name}_bucket{{{labels},le="{bound}"}} {float(n)!r}')
-            out.append(f"sglang:{name}_count{{{labels}}} {float(hist.count)!r}")
-            out.append(f"sglang:{name}_sum{{{labels}}} {hist.total!r}")
-        return "\n".join(out) + "\n"
-
-    def _accept_rate(self) -> float:
-        s = self.engine.stats
-        proposed = s.verify_ct_total * max(0, self.num_draft_tokens - 1)
-        return s.accepted_drafts_total / proposed if proposed else 0.0
+        return self.metrics.render(self.engine.stats, model_name)
 
 
 def next_deadline(previous: float | None, duration_s: float, now: float) -> float:
@@ -356,7 +301,3 @@ class _Window:
     verify: int = 0
     accepted_tokens: int = 0
     accepted_drafts: int = 0
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

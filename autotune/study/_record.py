@@ -3,7 +3,8 @@
 Every finished trial carries these user attributes, whatever its outcome:
 
 ``outcome``         ``ok``, a crash category (``oom_kv_pool``, ``oom_cuda_graph``, ...),
-                    ``infeasible`` (refused before launch), ``timeout`` or ``interrupted``
+                    ``infeasible`` (refused before launch), ``timeout``, ``interrupted``, or
+                    ``surplus`` (given back unrun: other workers held the study's last trials)
 ``output_tok_s``, ``accept_length``, ``accept_rate``, ``ttft_p99_ms``, ``itl_p99_ms``
                     measured figures (``None`` where not measured)
 ``startup_s``       seconds from launch to ready, or to the line that decided a crash
@@ -17,7 +18,7 @@ Every finished trial carries these user attributes, whatever its outcome:
 Optuna states follow the outcome: measured trials are COMPLETE; crashes, timeouts and refusals are
 PRUNED (the dashboard shows them as pruned, with the reason in the attributes; the sampler still
 learns from them, see :mod:`autotune.study._sampler`); an interrupted trial is FAIL and is run
-again on resume.
+again on resume; a surplus trial is FAIL and was never run.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ OK = "ok"
 INFEASIBLE = "infeasible"
 TIMEOUT = "timeout"
 INTERRUPTED = "interrupted"
+#: A trial given back unrun: other workers were already running the study's last trials.
+SURPLUS = "surplus"
 
 #: Outcomes of a server that could not be measured (pruned, learned from).
 CRASH_OUTCOMES: tuple[str, ...] = (
@@ -105,6 +108,20 @@ class TrialRecord:
             attrs["benchmark_s"] = round(self.benchmark_s, 3)
         attrs.update(self.extra)
         return attrs
+
+    def line(self, number: int, metric: str) -> str:
+        """One line for the study's progress: outcome, value or start-up time, the knobs."""
+        knobs = " ".join(
+            f"{k}={v}"
+            for k, v in (self.extra.get("config") or {}).items()
+            if k != "speculative_algorithm"
+        )
+        if self.measured:
+            speedup = self.extra.get("speedup")
+            tail = f" x{speedup:.2f}" if isinstance(speedup, (int, float)) else ""
+            return f"trial {number} [{self.role}] ok: {self.value:.1f} {metric}{tail}  {knobs}"
+        when = f" after {self.startup_s:.1f} s" if self.startup_s is not None else ""
+        return f"trial {number} [{self.role}] {self.outcome}{when}  {knobs}"
 
 
 def outcome_of(user_attrs: Mapping[str, Any]) -> str | None:

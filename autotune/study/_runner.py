@@ -8,6 +8,7 @@ until the study holds the requested number of finished trials or the time budget
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -19,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 from autotune._errors import AutotuneError, Interrupted
 from autotune._knobs import ServerConfig
 from autotune.bench import BenchmarkResult
-from autotune.engines import Engine, SGLangEngine, known_flagset
+from autotune.engines import Engine
 from autotune.space import SearchSpace, load_space
+from autotune.study._claims import claim, configuration, count_claims, recover_stale, requeue
 from autotune.study._feasibility import Feasibility
 from autotune.study._interrupts import Interrupts
 from autotune.study._progress import (
@@ -34,7 +36,6 @@ from autotune.study._record import (
     OK,
     STUDY_REFUSED,
     SYS_PROCESS,
-    SYS_TUNER,
     TrialRecord,
     is_crash,
 )
@@ -42,14 +43,18 @@ from autotune.study._sampler import build_sampler
 from autotune.study._setup import (
     StudyOptions,
     create_or_load,
-    informed_configs,
+    enqueue_first,
     make_engine,
-    recover_stale,
-    requeue,
     set_target,
-    tuner_identity,
+    sglang_command,
 )
-from autotune.study._storage import StudyPaths, artifact_store, retry_locked, study_paths
+from autotune.study._storage import (
+    StudyPaths,
+    artifact_store,
+    retry_locked,
+    study_paths,
+    upload_artifacts,
+)
 from autotune.study._trial import TrialFiles, TrialHooks, TrialRunner
 
 if TYPE_CHECKING:
@@ -69,7 +74,10 @@ class StudySummary:
     target: int
     ran: int
     debug_log: Path
+    #: ``timeout`` (the time budget), ``others`` (other workers run the last trials) or None.
     stopped_by: str | None = None
+    #: Trials other workers were running when this one stopped.
+    running_elsewhere: int = 0
 
 
 def start_study(options: StudyOptions) -> StudySummary:
@@ -87,7 +95,7 @@ def start_study(options: StudyOptions) -> StudySummary:
     engine = make_engine(space)
     study, space = create_or_load(paths, space, options, resume=False)
     target = set_target(study, options.n_trials)
-    _enqueue_first(study, space, engine, options)
+    enqueue_first(study, space, engine, options)
     return StudyRunner(study, space, engine, paths, options, target).run()
 
 
@@ -103,23 +111,8 @@ def resume_study(options: StudyOptions) -> StudySummary:
     )
     study, space = create_or_load(paths, None, options, resume=True)
     engine = make_engine(space)
-    recovered = recover_stale(study)
-    if recovered:
-        log.warning("re-running interrupted trials %s", recovered)
     target = set_target(study, options.n_trials)
-    return StudyRunner(study, space, engine, paths, options, target).run()
-
-
-def _enqueue_first(
-    study: optuna.Study, space: SearchSpace, engine: Engine, options: StudyOptions
-) -> None:
-    if space.baseline is not None:
-        retry_locked(lambda: study.enqueue_trial({}, user_attrs={"role": "baseline"}))
-    for params in space.enqueued:
-        retry_locked(partial(study.enqueue_trial, dict(params), user_attrs={"role": "enqueued"}))
-    if options.informed:
-        for params in informed_configs(space, engine):
-            retry_locked(partial(study.enqueue_trial, params, user_attrs={"role": "informed"}))
+    return StudyRunner(study, space, engine, paths, options, target).run(recover=True)
 
 
 class StudyRunner:
@@ -154,12 +147,13 @@ class StudyRunner:
         study.sampler = self.sampler
         self.store = artifact_store(paths)
         self.trials = TrialRunner(
-            space, engine, self.feasibility, sglang_command=self._sglang_command()
+            space, engine, self.feasibility, sglang_command=sglang_command(space, engine)
         )
         self.interrupts = Interrupts()
 
     # --- the loop --------------------------------------------------------------------------
-    def run(self) -> StudySummary:
+    def run(self, *, recover: bool = False) -> StudySummary:
+        """Run to the target (``recover``: first take over the trials of tuners that are gone)."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -171,7 +165,7 @@ class StudyRunner:
             self.engine.describe(),
         )
         started = time.monotonic()
-        ran = 0
+        ran = elsewhere = 0
         stopped_by: str | None = None
         try:
             with (
@@ -182,14 +176,24 @@ class StudyRunner:
                     title=self.study.study_name,
                 ) as progress,
             ):
-                while self.finished_count() < self.target:
+                for trial in recover_stale(self.study) if recover else []:
+                    progress.finished(self.finished_count(), trial.line())
+                while True:
+                    claims = count_claims(self.study)
+                    if claims.finished >= self.target:
+                        break
+                    if claims.total >= self.target:
+                        stopped_by, elsewhere = "others", claims.running
+                        break
                     if self.options.timeout_s is not None and (
                         time.monotonic() - started >= self.options.timeout_s
                     ):
                         stopped_by = "timeout"
                         break
-                    self.run_one(progress)
-                    ran += 1
+                    if self.run_one(progress):
+                        ran += 1
+                    else:  # another worker asked at the same moment: let one of us go first
+                        time.sleep(random.uniform(0.2, 1.0))
         except Interrupted:
             raise
         except AutotuneError as e:
@@ -212,6 +216,7 @@ class StudyRunner:
             ran,
             debug_log,
             stopped_by,
+            elsewhere,
         )
 
     def finished_count(self) -> int:
@@ -220,33 +225,34 @@ class StudyRunner:
         states = (TrialState.COMPLETE, TrialState.PRUNED)
         return len(self.study.get_trials(deepcopy=False, states=states))
 
-    def run_one(self, progress: StudyProgress) -> None:
+    def run_one(self, progress: StudyProgress) -> bool:
+        """Run the next trial; False when it was given back unrun (see :mod:`._claims`)."""
         from optuna.trial import TrialState
 
         self.feasibility.learn(self._crash_history())
         trial = retry_locked(self.study.ask, what="ask")
         number = trial.number
-        storage = self.study._storage
-        retry_locked(
-            lambda: storage.set_trial_system_attr(trial._trial_id, SYS_TUNER, tuner_identity())
-        )
+        if not claim(self.study, trial._trial_id, self.target):
+            return False
         role = str(trial.user_attrs.get("role") or "search")
-        params: dict[str, Any] | None
-        if role == "baseline":
-            params, config = None, self.space.baseline_config()
-        else:
-            params = self.space.suggest(trial)
-            config = self.space.config_for(params)
         files = TrialFiles(self.paths.artifacts_dir / "trials" / f"{number:04d}")
-        hooks = TrialHooks(
-            on_launch=lambda identity: self._launched(trial, identity),
-            on_phase=lambda phase: progress.phase(number, phase),
-            early_stop=self._early_stop(),
-        )
         try:
+            params: dict[str, Any] | None
+            if role == "baseline":
+                params, config = None, self.space.baseline_config()
+            else:
+                params = self.space.suggest(trial)
+                config = self.space.config_for(params)
+            hooks = TrialHooks(
+                on_launch=lambda identity: self._launched(trial, identity),
+                on_phase=lambda phase: progress.phase(number, phase),
+                early_stop=self._early_stop(),
+            )
             record = self.trials.run(config, params, role=role, files=files, hooks=hooks)
+            self.interrupts.watch_server(None)
+            self._save(trial, record, config, files)
         except KeyboardInterrupt:
-            self._record_interrupted(trial, params, role, files)
+            self._record_interrupted(trial, role, files)
             raise Interrupted(
                 f"stopped by {self.interrupts.signal_name or 'SIGINT'}: the server of trial "
                 f"{number} was stopped and the trial recorded as failed; it runs again on "
@@ -254,13 +260,15 @@ class StudyRunner:
             ) from None
         finally:
             self.interrupts.watch_server(None)
-        self._save(trial, record, config, files)
         state = TrialState.COMPLETE if record.measured else TrialState.PRUNED
         values = record.value if record.measured else None
         retry_locked(lambda: self.study.tell(trial, values, state=state), what="tell")
         progress.finished(
-            self.finished_count(), self._line(number, record, config), best=self._best_text()
+            self.finished_count(),
+            record.line(number, self.space.objective.metric),
+            best=self._best_text(),
         )
+        return True
 
     # --- recording -------------------------------------------------------------------------
     def _launched(self, trial: optuna.Trial, identity: dict[str, Any]) -> None:
@@ -293,35 +301,20 @@ class StudyRunner:
         names = ["starts"] + [c.describe() for c in self.space.objective.constraints]
         for name, value in zip(names, self._constraint_values(attrs), strict=True):
             retry_locked(partial(trial.set_constraint, name, value))
-        self._upload(trial, files)
+        upload_artifacts(self.store, trial, files.existing())
         retry_locked(lambda: self.study.set_user_attr(STUDY_REFUSED, dict(self.refused)))
 
-    def _upload(self, trial: optuna.Trial, files: TrialFiles) -> None:
-        from optuna.artifacts import upload_artifact
-
-        for path in files.existing():
-            try:
-                upload_artifact(
-                    artifact_store=self.store,
-                    file_path=str(path),
-                    study_or_trial=trial,
-                    mimetype="application/json" if path.suffix == ".json" else "text/plain",
-                )
-            except OSError as e:
-                log.warning("could not store artifact %s: %s", path, e)
-
-    def _record_interrupted(
-        self, trial: optuna.Trial, params: dict[str, Any] | None, role: str, files: TrialFiles
-    ) -> None:
+    def _record_interrupted(self, trial: optuna.Trial, role: str, files: TrialFiles) -> None:
         from optuna.trial import TrialState
 
         reason = f"interrupted by {self.interrupts.signal_name or 'SIGINT'}"
         record = TrialRecord(outcome=INTERRUPTED, role=role, failure_line=reason)
         for key, value in record.user_attrs().items():
             retry_locked(partial(trial.set_user_attr, key, value))
-        self._upload(trial, files)
+        upload_artifacts(self.store, trial, files.existing())
+        frozen = self.study._storage.get_trial(trial._trial_id)
         retry_locked(lambda: self.study.tell(trial, state=TrialState.FAIL), what="tell")
-        requeue(self.study, params or {}, trial.number, role)
+        requeue(self.study, configuration(frozen), trial.number, role)
 
     # --- what the study knows so far ---------------------------------------------------------
     def _completed(self) -> list[optuna.trial.FrozenTrial]:
@@ -398,30 +391,3 @@ class StudyRunner:
 
     def _refused(self, category: str) -> None:
         self.refused[category] += 1
-
-    def _sglang_command(self) -> Any:
-        if self.engine.spec.kind != "sim":
-            return None
-        spec = self.engine.spec
-        sglang = SGLangEngine(spec, flags=known_flagset(spec.sim.dialect))
-
-        def command(config: ServerConfig, port: int) -> str:
-            return sglang.build_launch(config, port=port, workload=self.space.workload).display()
-
-        return command
-
-    def _line(self, number: int, record: TrialRecord, config: ServerConfig) -> str:
-        knobs = " ".join(
-            f"{k}={v}"
-            for k, v in (record.extra.get("config") or {}).items()
-            if k != "speculative_algorithm"
-        )
-        if record.measured:
-            speedup = record.extra.get("speedup")
-            tail = f" x{speedup:.2f}" if isinstance(speedup, (int, float)) else ""
-            return (
-                f"trial {number} [{record.role}] ok: {record.value:.1f} "
-                f"{self.space.objective.metric}{tail}  {knobs}"
-            )
-        when = f" after {record.startup_s:.1f} s" if record.startup_s is not None else ""
-        return f"trial {number} [{record.role}] {record.outcome}{when}  {knobs}"

@@ -3,36 +3,27 @@
 from __future__ import annotations
 
 import json
-import logging
-import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
 from autotune._errors import ConfigError, StorageError
-from autotune.engines import Engine, create_engine
-from autotune.server import ProcessIdentity, find_live, stop_identity
+from autotune._knobs import ServerConfig
+from autotune.engines import Engine, SGLangEngine, create_engine, known_flagset
 from autotune.space import SearchSpace, load_space, parse_space
 from autotune.study._record import (
-    INTERRUPTED,
     STUDY_FINGERPRINT,
     STUDY_METRIC,
     STUDY_SPACE_SOURCE,
     STUDY_SPACE_TEXT,
     STUDY_TARGET,
-    SYS_PROCESS,
-    SYS_RERUN_OF,
-    SYS_TUNER,
 )
 from autotune.study._storage import StudyPaths, open_storage, retry_locked
 
 if TYPE_CHECKING:
     import optuna
-
-log = logging.getLogger("autotune.study")
 
 
 @dataclass(frozen=True)
@@ -72,24 +63,6 @@ def check_engine(space: SearchSpace, engine: Engine) -> None:
         )
 
 
-def tuner_identity() -> dict[str, Any]:
-    me = psutil.Process()
-    return {"host": socket.gethostname(), "pid": me.pid, "create_time": me.create_time()}
-
-
-def tuner_alive(record: Any) -> bool:
-    """Whether the tuner that ran a trial is still running (on this host: checked exactly)."""
-    if not isinstance(record, dict):
-        return False
-    if record.get("host") != socket.gethostname():
-        return True  # another machine's worker: its heartbeat decides
-    try:
-        proc = psutil.Process(int(record["pid"]))
-        return abs(proc.create_time() - float(record["create_time"])) < 0.01
-    except (psutil.Error, KeyError, ValueError, TypeError):
-        return False
-
-
 def load_study_space(study: optuna.Study, space_path: str | None) -> SearchSpace:
     """The space a study was created with; a given file must match it."""
     text = study.user_attrs.get(STUDY_SPACE_TEXT)
@@ -121,15 +94,13 @@ def create_or_load(
     """Create the study (start) or load it (resume), checking it matches the space."""
     import optuna
 
+    if resume and paths.sqlite_file is not None and not paths.sqlite_file.exists():
+        raise _no_such_study(paths)  # (opening the file would create an empty one)
     storage = open_storage(paths)
     existing = {s.study_name for s in retry_locked(storage.get_all_studies, what="read")}
     if resume:
         if paths.name not in existing:
-            raise StorageError(
-                f"no study named {paths.name!r} in {paths.storage_url}",
-                hint="list studies with `autotune study list`, or start one with "
-                "`autotune study start --space FILE`",
-            )
+            raise _no_such_study(paths)
         study = optuna.load_study(study_name=paths.name, storage=storage)
         space = load_study_space(study, options.space_path)
         return study, space
@@ -167,6 +138,14 @@ def create_or_load(
     return study, space
 
 
+def _no_such_study(paths: StudyPaths) -> StorageError:
+    return StorageError(
+        f"no study named {paths.name!r} in {paths.storage_url}",
+        hint="list studies with `autotune study list`, or start one with "
+        "`autotune study start --space FILE`",
+    )
+
+
 def set_target(study: optuna.Study, n_trials: int | None) -> int:
     """The number of finished trials the study aims for (stored, so resume knows it)."""
     if n_trials is not None:
@@ -174,56 +153,6 @@ def set_target(study: optuna.Study, n_trials: int | None) -> int:
         return n_trials
     stored = study.user_attrs.get(STUDY_TARGET)
     return int(stored) if isinstance(stored, int) else 20
-
-
-def recover_stale(study: optuna.Study) -> list[int]:
-    """Fail RUNNING trials whose tuner is gone, stop their servers, and queue them again.
-
-    Returns the numbers of the trials that were recovered.
-    """
-    from optuna.trial import TrialState
-
-    recovered: list[int] = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if tuner_alive(trial.system_attrs.get(SYS_TUNER)):
-            continue
-        record = trial.system_attrs.get(SYS_PROCESS)
-        if isinstance(record, dict):
-            try:
-                identity = ProcessIdentity.from_dict(record)
-                if find_live(identity) is not None:
-                    log.warning("stopping server of interrupted trial %d", trial.number)
-                    stop_identity(identity, term_timeout_s=10.0, kill_timeout_s=10.0)
-            except StorageError as e:
-                log.warning("trial %d: unreadable process record: %s", trial.number, e)
-        storage = study._storage
-        retry_locked(partial(storage.set_trial_user_attr, trial._trial_id, "outcome", INTERRUPTED))
-        retry_locked(
-            partial(
-                storage.set_trial_user_attr,
-                trial._trial_id,
-                "failure_line",
-                "the tuner stopped while this trial was running",
-            )
-        )
-        retry_locked(partial(storage.set_trial_state_values, trial._trial_id, TrialState.FAIL))
-        requeue(study, trial.params, trial.number, trial.user_attrs.get("role"))
-        recovered.append(trial.number)
-    return recovered
-
-
-def requeue(study: optuna.Study, params: dict[str, Any], number: int, role: Any) -> None:
-    """Queue an interrupted trial's configuration to run again."""
-    if role == "baseline":
-        retry_locked(
-            lambda: study.enqueue_trial({}, user_attrs={"role": "baseline", SYS_RERUN_OF: number})
-        )
-        return
-    retry_locked(
-        lambda: study.enqueue_trial(
-            params, user_attrs={"role": "rerun", SYS_RERUN_OF: number}, skip_if_exists=False
-        )
-    )
 
 
 def informed_configs(space: SearchSpace, engine: Engine) -> list[dict[str, Any]]:
@@ -287,3 +216,29 @@ def make_engine(space: SearchSpace) -> Engine:
     engine = create_engine(space.engine)
     check_engine(space, engine)
     return engine
+
+
+def enqueue_first(
+    study: optuna.Study, space: SearchSpace, engine: Engine, options: StudyOptions
+) -> None:
+    """Queue the baseline, the space file's configurations and the tuner's informed choice."""
+    if space.baseline is not None:
+        retry_locked(lambda: study.enqueue_trial({}, user_attrs={"role": "baseline"}))
+    for params in space.enqueued:
+        retry_locked(partial(study.enqueue_trial, dict(params), user_attrs={"role": "enqueued"}))
+    if options.informed:
+        for params in informed_configs(space, engine):
+            retry_locked(partial(study.enqueue_trial, params, user_attrs={"role": "informed"}))
+
+
+def sglang_command(space: SearchSpace, engine: Engine) -> Callable[[ServerConfig, int], str] | None:
+    """For the simulated engine: the SGLang command line each trial stands for (recorded)."""
+    if engine.spec.kind != "sim":
+        return None
+    spec = engine.spec
+    sglang = SGLangEngine(spec, flags=known_flagset(spec.sim.dialect))
+
+    def command(config: ServerConfig, port: int) -> str:
+        return sglang.build_launch(config, port=port, workload=space.workload).display()
+
+    return command

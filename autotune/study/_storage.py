@@ -112,14 +112,20 @@ def open_storage(paths: StudyPaths) -> optuna.storages.RDBStorage:
     else:
         engine_kwargs = {"pool_pre_ping": True}
     try:
-        return optuna.storages.RDBStorage(paths.storage_url, engine_kwargs=engine_kwargs)
+        url = _with_installed_driver(paths.storage_url)
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError, OSError) as e:
+        hint = (
+            "check the URL (e.g. sqlite:///studies/x.db or postgresql://user@host/db) and "
+            "that the database server is reachable"
+        )
+        if isinstance(e, ImportError):
+            hint = "install the database's driver (PostgreSQL: pip install 'autotune[postgres]')"
         raise StorageError(
             f"cannot open the study storage {_redact_url(paths.storage_url)!r}: "
             f"{_first_line(str(e))}",
             url=paths.storage_url,
-            hint="check the URL (e.g. sqlite:///studies/x.db or "
-            "postgresql://user@host/db) and that the database server is reachable",
+            hint=hint,
         ) from e
 
 
@@ -150,6 +156,24 @@ def artifact_store(paths: StudyPaths) -> optuna.artifacts.FileSystemArtifactStor
     return optuna.artifacts.FileSystemArtifactStore(str(paths.artifacts_dir))
 
 
+def upload_artifacts(
+    store: optuna.artifacts.FileSystemArtifactStore, trial: optuna.Trial, files: list[Path]
+) -> None:
+    """Store a trial's files (server log, raw results) as its artifacts; a failure is logged."""
+    from optuna.artifacts import upload_artifact
+
+    for path in files:
+        try:
+            upload_artifact(
+                artifact_store=store,
+                file_path=str(path),
+                study_or_trial=trial,
+                mimetype="application/json" if path.suffix == ".json" else "text/plain",
+            )
+        except OSError as e:
+            log.warning("could not store artifact %s: %s", path, e)
+
+
 def _enable_wal(db: Path) -> None:
     try:
         with sqlite3.connect(str(db), timeout=60) as conn:
@@ -159,6 +183,24 @@ def _enable_wal(db: Path) -> None:
             f"cannot open the SQLite study file {str(db)!r}: {e}",
             hint="check that the file is a SQLite database and its folder is writable",
         ) from e
+
+
+def _with_installed_driver(url: str) -> str:
+    """``url`` naming a PostgreSQL driver that is installed where it names none.
+
+    SQLAlchemy's driver for a bare ``postgresql://`` is psycopg 3 (from SQLAlchemy 2.1) or
+    psycopg2 (before); autotune's ``postgres`` extra installs psycopg2, so a bare URL uses
+    whichever of the two is importable.
+    """
+    import importlib.util
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme != "postgresql":
+        return url
+    for module, driver in (("psycopg", "psycopg"), ("psycopg2", "psycopg2")):
+        if importlib.util.find_spec(module) is not None:
+            return f"postgresql+{driver}://{rest}"
+    return url
 
 
 def _first_line(text: str) -> str:

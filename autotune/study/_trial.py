@@ -177,7 +177,11 @@ class TrialRunner:
                 )
             return
         hooks.on_phase("benchmark")
-        client = BenchmarkClient(launch.url, ClientOptions.from_timeouts(timeouts))
+        # a stream silent for longer than one request may take has failed: end it then
+        silence = min(ClientOptions.read_timeout_s, timeouts.request_s)
+        client = BenchmarkClient(
+            launch.url, ClientOptions.from_timeouts(timeouts, read_timeout_s=silence)
+        )
         started = time.monotonic()
         try:
             measurement = measure_sync(client, self.space.workload, early_stop=hooks.early_stop)

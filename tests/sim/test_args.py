@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from autotune._errors import ConfigError
@@ -10,15 +12,24 @@ from autotune.sim._args import (
     parse_launch_args,
     resolve_launch,
 )
+from autotune.sim._model import SimModel
+from autotune.sim._profile import load_profile
 
 KIMI = "DeepseekV3ForCausalLM"
 LLAMA = "LlamaForCausalLM"
 EAGLE3 = ["--speculative-algorithm", "EAGLE3"]
+#: A profile of each architecture: the server takes the automatic speculative numbers from it.
+PROFILES = {KIMI: "rtxpro6000x8-kimi-k2.5", LLAMA: "h100-llama-3.1-8b"}
+
+
+@functools.cache
+def model_of(arch: str) -> SimModel:
+    return SimModel(load_profile(PROFILES[arch]))
 
 
 def resolve(*argv: str, arch: str = KIMI, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     launch = parse_launch_args(["--model-path", "m", *argv])
-    return resolve_launch(launch, architecture=arch, env=env or {})
+    return resolve_launch(launch, architecture=arch, env=env or {}, resolve=model_of(arch).resolve)
 
 
 def parse_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
