@@ -209,7 +209,9 @@ def _figures(result: SearchBenchResult, stem: Path) -> list[Path]:
     ax.axhline(0.98, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xlabel("trial")
     ax.set_ylabel("share of the optimum")
-    ax.set_ylim(0, 1.02)
+    finals = [q[-1][1] for q in series.values() if q and q[-1][1] > 0]
+    low = max(0.0, min(0.9, min(finals, default=0.0) - 0.1))
+    ax.set_ylim(low, 1.01)
     ax.set_title(f"{result.profile}: median and quartiles over {result.seeds} seeds")
     ax.legend()
     png = stem.parent / f"{stem.name}.png"

@@ -1,0 +1,113 @@
+"""GPU-time accounting and progress towards the optimum."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.searchbench import Oracle, StudyTrace, TrialTrace, score_study, summarise
+from autotune.searchbench._benchmark import prepare
+from autotune.searchbench._oracle import STOP_S
+
+
+def trace(*trials: TrialTrace) -> StudyTrace:
+    return StudyTrace("x", 0, trials)
+
+
+def test_hours_and_trials_to_the_optimum_are_counted_to_the_reaching_trial() -> None:
+    t = trace(
+        TrialTrace(0, "baseline", "ok", 100.0, 100.0, 1000.0),  # never the incumbent
+        TrialTrace(1, "search", "oom_kv_pool", None, None, 600.0),
+        TrialTrace(2, "search", "refused", None, None, 0.0),
+        TrialTrace(3, "search", "ok", 96.0, 95.0, 800.0),
+        TrialTrace(4, "search", "ok", 99.0, 99.0, 800.0),
+        TrialTrace(5, "search", "ok", 98.5, 100.0, 800.0),  # measured lower: not picked
+    )
+    score = score_study(t, 100.0, 8, maximize=True)
+    assert score.history == (0.0, 0.0, 0.0, 0.95, 0.99, 0.99)
+    assert score.trials_to[0.95] == 4
+    assert score.trials_to[0.98] == 5
+    assert score.gpu_hours_to[0.98] == pytest.approx((1000 + 600 + 0 + 800 + 800) * 8 / 3600)
+    assert score.gpu_hours == pytest.approx(4000 * 8 / 3600)
+    assert score.crash_share == pytest.approx(600 / 4000)
+    assert (score.crashes, score.refused) == (1, 1)
+
+
+def test_minimising_studies_invert_the_share() -> None:
+    t = trace(TrialTrace(0, "search", "ok", 20.0, 20.0, 10.0))
+    assert score_study(t, 10.0, 1, maximize=False).history == (0.5,)
+
+
+def test_summary_takes_medians_and_treats_never_as_not_reached() -> None:
+    reached = trace(TrialTrace(0, "search", "ok", 100.0, 100.0, 3600.0))
+    missed = trace(TrialTrace(0, "search", "ok", 50.0, 50.0, 3600.0))
+    scores = [score_study(t, 100.0, 1, maximize=True) for t in (reached, missed, missed)]
+    summary = summarise(scores)
+    assert summary.median_trials_to_98 is None
+    assert summary.reached_98 == pytest.approx(1 / 3)
+    summary = summarise(scores[:1] * 2 + scores[1:2])
+    assert summary.median_trials_to_98 == 1
+
+
+def test_a_trial_costs_its_startup_benchmark_and_stop(tiny_space: Path) -> None:
+    space, model = prepare(str(tiny_space), None)
+    oracle = Oracle(model, space.workload)
+    ok = space.baseline_config()
+    crash = space.config_for(
+        {
+            "speculative_num_steps": 2,
+            "speculative_eagle_topk": 2,
+            "speculative_num_draft_tokens": 4,
+            "cuda_graph_max_bs": 16,
+            "mem_fraction_static": 0.74,
+            "allreduce": "nccl",
+        }
+    )
+    measured = oracle.answer(ok)
+    crashed = oracle.answer(crash)
+    assert crashed.status == "oom_kv_pool" and crashed.value is None
+    plan = model.plan_startup(crash)
+    assert crashed.seconds == pytest.approx(plan.duration_s + STOP_S)
+    full = model.plan_startup(ok).duration_s
+    assert crashed.startup_s < full  # a KV-pool crash is decided before graph capture
+    assert measured.seconds == pytest.approx(full + measured.benchmark_s + STOP_S)
+    noisy = oracle.measure(ok, noise=0.05, rng=random.Random(1))
+    assert noisy.value != measured.value and noisy.seconds == measured.seconds
+
+
+def test_the_command_writes_table_json_and_figure(tiny_space: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", "bench", "search", "--space", str(tiny_space),
+         "--samplers", "default,random,grid,sglang-auto", "--seeds", "2", "--budget", "6",
+         "--out", str(out), "--json"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert set(data["strategies"]) == {"default", "random", "grid", "sglang-auto"}
+    for summary in data["strategies"].values():
+        assert {"median_trials_to_98", "median_gpu_hours_to_98", "median_crash_share"} <= set(
+            summary
+        )
+    # setting nothing on the seed system: the automatic fraction does not fit the draft head
+    assert data["strategies"]["sglang-auto"]["median_final"] == 0.0
+    names = {p.name for p in out.iterdir()}
+    assert "search-rtxpro6000x8-kimi-k2.5.json" in names
+    assert "search-rtxpro6000x8-kimi-k2.5.html" in names
+
+
+def test_an_unknown_strategy_is_refused(tiny_space: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", "bench", "search", "--space", str(tiny_space),
+         "--samplers", "default,annealing"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "unknown strategy 'annealing'" in done.stderr
+    assert "Traceback" not in done.stderr
