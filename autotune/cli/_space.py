@@ -23,7 +23,8 @@ def check(
     seed: Annotated[int, typer.Option(help="Seed of the random proposals.")] = 0,
 ) -> None:
     """Validate a space file, summarise it, and count proposals SGLang's rules refuse."""
-    from autotune.space import check_rules, effective_max_running_requests, load_space
+    from autotune.engines import max_running_requests_for
+    from autotune.space import check_rules, load_space
 
     space = load_space(path)
     typer.echo(space.summary())
@@ -50,8 +51,8 @@ def check(
         )
     if samples:
         config = space.config_for(samples[0])
-        cap = effective_max_running_requests(config, space.workload.concurrency)
-        if cap is not None:
+        cap = max_running_requests_for(config, space.workload)
+        if cap is not None and config.max_running_requests is None:
             typer.echo(
                 "note: under speculative decoding SGLang runs at most 48 requests at once unless "
                 f"max_running_requests is set; concurrency {space.workload.concurrency} needs "

@@ -9,7 +9,7 @@ parameters (Optuna distributions, conditional ones included) and the trials to r
 from __future__ import annotations
 
 from autotune.space._params import ParamSpec
-from autotune.space._rules import check_rules, effective_max_running_requests
+from autotune.space._rules import check_rules
 from autotune.space._schema import load_space, parse_space
 from autotune.space._space import METRICS, ConstraintSpec, ObjectiveSpec, SearchSpace
 
@@ -20,7 +20,6 @@ __all__ = [
     "ParamSpec",
     "SearchSpace",
     "check_rules",
-    "effective_max_running_requests",
     "load_space",
     "parse_space",
 ]

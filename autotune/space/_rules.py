@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from autotune.space._params import ParamSpec
 
 #: SGLang's running-request cap under speculative decoding when none is given.
-SPEC_MAX_RUNNING_REQUESTS = 48
 #: Attention backends without speculative decoding (docs/advanced_features/attention_backend.md).
 NO_SPEC_BACKENDS = ("fa4", "trtllm_mla", "torch_native", "flex_attention")
 #: Attention backends that run top-k > 1 with a page size > 1.
@@ -102,19 +101,6 @@ def check_rules(config: ServerConfig) -> Infeasible | None:
             "bad_args",
             "speculative_eagle_topk",
         )
-    return None
-
-
-def effective_max_running_requests(config: ServerConfig, concurrency: int) -> int | None:
-    """The ``max_running_requests`` the tuner must set so that ``concurrency`` requests can run.
-
-    Under speculative decoding with the knob unset, SGLang caps running requests at 48; a workload
-    with more concurrent requests than that needs the knob set explicitly. ``None``: nothing to set.
-    """
-    if not config.speculative or config.max_running_requests is not None:
-        return None
-    if concurrency > SPEC_MAX_RUNNING_REQUESTS:
-        return concurrency
     return None
 
 

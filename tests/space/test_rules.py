@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from autotune._knobs import ServerConfig
-from autotune.space import check_rules, effective_max_running_requests
+from autotune.space import check_rules
 
 
 def _spec(steps: int | None, topk: int | None, draft: int | None, **more: Any) -> ServerConfig:
@@ -121,12 +121,3 @@ def test_topk_1_reason_names_what_sglang_would_run() -> None:
     verdict = check_rules(_spec(4, 1, 8))
     assert verdict is not None
     assert "speculative_num_draft_tokens=5" in verdict.reason
-
-
-def test_effective_max_running_requests() -> None:
-    spec = _spec(2, 4, 4)
-    assert effective_max_running_requests(spec, 64) == 64
-    assert effective_max_running_requests(spec, 48) is None
-    assert effective_max_running_requests(spec, 4) is None
-    assert effective_max_running_requests(spec.replace(max_running_requests=32), 64) is None
-    assert effective_max_running_requests(ServerConfig(), 64) is None
