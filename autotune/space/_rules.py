@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from autotune.space._loader import Section
     from autotune.space._params import ParamSpec
 
-#: SGLang's running-request cap under speculative decoding when none is given.
 #: Attention backends without speculative decoding (docs/advanced_features/attention_backend.md).
 NO_SPEC_BACKENDS = ("fa4", "trtllm_mla", "torch_native", "flex_attention")
 #: Attention backends that run top-k > 1 with a page size > 1.
