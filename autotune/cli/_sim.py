@@ -67,6 +67,17 @@ def evaluate(
     typer.echo(_summary(loaded.name, spec.name, config.to_params(), data))
 
 
+@app.command("calibration")
+def calibration() -> None:
+    """The calibration targets of the shipped profiles and the figures the model reaches."""
+    from autotune.sim._calibration import Calibration, format_checks
+
+    checks = Calibration().checks()
+    typer.echo(format_checks(checks))
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
+
+
 def _pairs(items: list[str], option: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
