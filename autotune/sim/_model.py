@@ -8,11 +8,11 @@ engine the simulated server paces in real time), and what a benchmark of a workl
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping
 
 from autotune._knobs import ServerConfig
+from autotune.bench._metrics import percentile
 from autotune.bench._workload import WorkloadSpec
 from autotune.sim._acceptance import AcceptanceModel
 from autotune.sim._engine import ServingEngine
@@ -301,8 +301,8 @@ class _VirtualRun:
             kv_tokens=None if plan.memory is None else plan.memory.kv_tokens,
             max_running_requests=plan.max_running_requests,
             mean_running=running_area / busy_time if busy_time > 0 else 0.0,
-            ttft_p99_ms=_percentile(ttfts, 99) * 1000.0,
-            itl_p99_ms=_percentile(sorted(itl), 99) * 1000.0 if itl else None,
+            ttft_p99_ms=percentile(ttfts, 99) * 1000.0,
+            itl_p99_ms=percentile(itl, 99) * 1000.0 if itl else None,
             total_tok_s=(out_tokens + in_tokens) / duration,
             request_throughput=len(done) / duration,
             details={
@@ -311,14 +311,3 @@ class _VirtualRun:
                 "mem_fraction_static": plan.memory.mem_fraction_static if plan.memory else 0.0,
             },
         )
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    if len(values) == 1:
-        return values[0]
-    pos = (len(values) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (pos - lo)

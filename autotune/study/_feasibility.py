@@ -25,6 +25,7 @@ from typing import Any
 from autotune._knobs import ServerConfig
 from autotune.engines import Engine, Hardware, Infeasible
 from autotune.space import SearchSpace, check_rules
+from autotune.study._record import CRASH_OUTCOMES
 
 #: All-reduce modes that are safe defaults: their crashes are never blamed on the mode alone.
 _PLAIN_MODES = frozenset({"nccl", "custom", "nccl_ring"})
@@ -156,15 +157,8 @@ class Feasibility:
             return _Lesson("mode", outcome, number, (config.allreduce,))
         if outcome == "graph_capture_other" and config.allreduce not in _PLAIN_MODES:
             return _Lesson("mode_graphs", outcome, number, (config.allreduce,))
-        if outcome in (
-            "oom_runtime",
-            "unsupported_arch",
-            "graph_capture_other",
-            "nccl_error",
-            "bad_args",
-            "other_crash",
-            "timeout",
-        ):
+        if outcome in CRASH_OUTCOMES:
+            # any other crash: not blamed on one knob, only this exact configuration
             return _Lesson("exact", outcome, number, (_key(params),))
         return None
 

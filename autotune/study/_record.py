@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.crashes import CRASH_CATEGORIES
+
 OK = "ok"
 INFEASIBLE = "infeasible"
 TIMEOUT = "timeout"
@@ -34,18 +36,9 @@ INTERRUPTED = "interrupted"
 #: A trial given back unrun: other workers were already running the study's last trials.
 SURPLUS = "surplus"
 
-#: Outcomes of a server that could not be measured (pruned, learned from).
-CRASH_OUTCOMES: tuple[str, ...] = (
-    "oom_kv_pool",
-    "oom_cuda_graph",
-    "oom_runtime",
-    "unsupported_arch",
-    "graph_capture_other",
-    "nccl_error",
-    "bad_args",
-    "other_crash",
-    TIMEOUT,
-)
+#: Outcomes of a server that could not be measured (pruned, learned from): the crash
+#: classifier's categories and the start-up time-out.
+CRASH_OUTCOMES: tuple[str, ...] = (*CRASH_CATEGORIES, TIMEOUT)
 
 ROLES = ("baseline", "enqueued", "informed", "search", "rerun")
 
