@@ -1,7 +1,8 @@
 """Ctrl-C and SIGTERM during a study.
 
-The first SIGINT or SIGTERM interrupts whatever the tuner is doing (KeyboardInterrupt); the
-running trial then stops its server (TERM, then KILL after the stop timeout), is recorded as
+The first SIGINT or SIGTERM interrupts whatever the tuner is doing (KeyboardInterrupt; while a
+server is being launched and recorded, as soon as that is done); the running trial then stops
+its server (TERM, then KILL after the stop timeout), is recorded as
 FAIL with the reason, and is queued to run again on resume. A second signal while that clean-up
 runs does not interrupt the clean-up: it kills the running server at once (SIGKILL to its
 process group, after checking it is still the same process) so the tuner can exit promptly.
@@ -27,6 +28,8 @@ class Interrupts:
         self.count = 0
         self.signal_name: str | None = None
         self._server: dict[str, Any] | None = None
+        self._deferring = False
+        self._pending = False
 
     def watch_server(self, identity: dict[str, Any] | None) -> None:
         """The server a second signal should kill (its :class:`ProcessIdentity` record)."""
@@ -42,6 +45,9 @@ class Interrupts:
         if self.count == 1:
             self.signal_name = name
             log.warning("%s received: stopping the running server and recording the trial", name)
+            if self._deferring:
+                self._pending = True
+                return
             raise KeyboardInterrupt(name)
         log.warning("%s received again: killing the running server now", name)
         self._kill_server()
@@ -57,6 +63,19 @@ class Interrupts:
                 os.killpg(identity.pgid, signal.SIGKILL)
         except (OSError, ValueError, Exception) as e:  # never raise from a signal handler
             log.debug("forced kill failed: %s", e)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hold a first signal back until the block ends (a server being launched and recorded:
+        it is then known, and stopped, rather than left running unrecorded)."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        if self._pending:
+            self._pending = False
+            raise KeyboardInterrupt(self.signal_name)
 
     @contextmanager
     def installed(self) -> Iterator[Interrupts]:

@@ -179,7 +179,9 @@ class StudyRunner:
                 for trial in recover_stale(self.study) if recover else []:
                     progress.finished(self.finished_count(), trial.line())
                 while True:
-                    claims = count_claims(self.study)
+                    claims = retry_locked(
+                        partial(count_claims, self.study, self.engine.spec.timeouts), what="read"
+                    )
                     if claims.finished >= self.target:
                         break
                     if claims.total >= self.target:
@@ -196,6 +198,11 @@ class StudyRunner:
                         time.sleep(random.uniform(0.2, 1.0))
         except Interrupted:
             raise
+        except KeyboardInterrupt:  # between trials: nothing was running
+            raise Interrupted(
+                f"stopped by {self.interrupts.signal_name or 'SIGINT'} between trials; continue "
+                f"with `autotune study resume --study-name {self.study.study_name}`"
+            ) from None
         except AutotuneError as e:
             log.error("study stopped: %s", e)
             e.hint = (e.hint + "; " if e.hint else "") + f"debug log: {debug_log}"
@@ -232,11 +239,11 @@ class StudyRunner:
         self.feasibility.learn(self._crash_history())
         trial = retry_locked(self.study.ask, what="ask")
         number = trial.number
-        if not claim(self.study, trial._trial_id, self.target):
-            return False
         role = str(trial.user_attrs.get("role") or "search")
         files = TrialFiles(self.paths.artifacts_dir / "trials" / f"{number:04d}")
         try:
+            if not claim(self.study, trial._trial_id, self.target, self.engine.spec.timeouts):
+                return False
             params: dict[str, Any] | None
             if role == "baseline":
                 params, config = None, self.space.baseline_config()
@@ -245,11 +252,11 @@ class StudyRunner:
                 config = self.space.config_for(params)
             hooks = TrialHooks(
                 on_launch=lambda identity: self._launched(trial, identity),
+                launching=self.interrupts.deferred,
                 on_phase=lambda phase: progress.phase(number, phase),
                 early_stop=self._early_stop(),
             )
             record = self.trials.run(config, params, role=role, files=files, hooks=hooks)
-            self.interrupts.watch_server(None)
             self._save(trial, record, config, files)
         except KeyboardInterrupt:
             self._record_interrupted(trial, role, files)

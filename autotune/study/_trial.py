@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from autotune.crashes import LiveClassifier, classify_file
 from autotune.engines import Engine, LaunchSpec
 from autotune.server import (
     GpuMonitor,
+    GpuUsage,
     ServerProcess,
     find_free_port,
     identity_of,
@@ -58,6 +60,8 @@ class TrialHooks:
     """Callbacks of a running trial: the process record, phase changes, early stop."""
 
     on_launch: Callable[[dict[str, Any]], None] = lambda identity: None
+    #: Around the launch and ``on_launch``: holds Ctrl-C back until the server is recorded.
+    launching: Callable[[], AbstractContextManager[None]] = nullcontext
     on_phase: Callable[[str], None] = lambda phase: None
     early_stop: Callable[[Sequence[BenchmarkResult]], bool] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -122,28 +126,44 @@ class TrialRunner:
         baseline = gpus.snapshot() if gpus.available() else None
         hooks.on_phase("launch")
         timeouts = spec.timeouts
-        proc = ServerProcess.launch(
-            launch,
-            log_path=files.server_log,
-            term_timeout_s=timeouts.stop_s,
-            kill_timeout_s=max(5.0, timeouts.stop_s / 2),
-        )
+        proc: ServerProcess | None = None
         try:
-            hooks.on_launch(identity_of(proc).to_dict())
+            with hooks.launching():
+                proc = ServerProcess.launch(
+                    launch,
+                    log_path=files.server_log,
+                    term_timeout_s=timeouts.stop_s,
+                    kill_timeout_s=max(5.0, timeouts.stop_s / 2),
+                )
+                hooks.on_launch(identity_of(proc).to_dict())
             self._run_started(proc, launch, record, files, hooks)
         finally:
-            hooks.on_phase("stop")
-            outcome = proc.stop()
-            record.extra["stop_forced"] = outcome.forced
-            wait_port_released(spec.host, port, timeouts.stop_s)
-            if baseline is not None:
-                released = gpus.wait_released(
-                    proc.tree_pids() | set(outcome.pids), baseline, timeouts.gpu_release_s
-                )
-                record.extra["gpu_released"] = released.released
-                if not released.released:
-                    log.warning("GPU memory not released after %s: %s", port, released.detail)
+            if proc is not None:
+                self._stop(proc, record, hooks, baseline)
         return record
+
+    def _stop(
+        self,
+        proc: ServerProcess,
+        record: TrialRecord,
+        hooks: TrialHooks,
+        baseline: list[GpuUsage] | None,
+    ) -> None:
+        """Stop the server's whole tree; wait for its port and GPU memory to be free again."""
+        timeouts = self.engine.spec.timeouts
+        hooks.on_phase("stop")
+        outcome = proc.stop()
+        record.extra["stop_forced"] = outcome.forced
+        if proc.port is not None:
+            wait_port_released(self.engine.spec.host, proc.port, timeouts.stop_s)
+        if baseline is not None:
+            gpus = self.gpus()
+            released = gpus.wait_released(
+                proc.tree_pids() | set(outcome.pids), baseline, timeouts.gpu_release_s
+            )
+            record.extra["gpu_released"] = released.released
+            if not released.released:
+                log.warning("GPU memory not released after %s: %s", proc.port, released.detail)
 
     def _run_started(
         self,
