@@ -97,7 +97,7 @@ def load_study(
             f"no study database {str(paths.sqlite_file)!r}",
             hint="list studies with `autotune study list`, or pass --storage/--studies-dir",
         )
-    rdb = open_storage(paths)
+    rdb = open_storage(paths, writing=False)
     names = {s.study_name for s in rdb.get_all_studies()}
     if name not in names:
         raise StorageError(

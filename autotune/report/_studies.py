@@ -48,7 +48,7 @@ def list_studies(
     for url in urls:
         paths = StudyPaths(Path(url).stem, url, Path("."), Path("."))
         try:
-            rdb = open_storage(paths)
+            rdb = open_storage(paths, writing=False)
             summaries = rdb.get_all_studies()
         except StorageError:
             if storage is not None:

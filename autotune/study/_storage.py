@@ -93,8 +93,11 @@ def check_writable(folder: Path, *, what: str) -> None:
         )
 
 
-def open_storage(paths: StudyPaths) -> optuna.storages.RDBStorage:
-    """Open (creating if needed) the study storage.
+def open_storage(paths: StudyPaths, *, writing: bool = True) -> optuna.storages.RDBStorage:
+    """Open the study storage (creating a SQLite file if needed, when ``writing``).
+
+    With ``writing=False`` (reports, listings) nothing is created or switched: a SQLite file
+    that does not exist is an error, and a full disk does not stop a report.
 
     Raises:
         StorageError: the URL cannot be opened (bad scheme, server down, unwritable file).
@@ -105,9 +108,15 @@ def open_storage(paths: StudyPaths) -> optuna.storages.RDBStorage:
     engine_kwargs: dict[str, object] = {}
     if paths.is_sqlite:
         db = paths.sqlite_file
-        if db is not None:
+        if db is not None and writing:
             check_writable(db.parent, what="study")
             _enable_wal(db)
+        elif db is not None and not db.exists():
+            raise StorageError(
+                f"no study database {str(db)!r}",
+                url=paths.storage_url,
+                hint="list studies with `autotune study list`, or pass --storage/--studies-dir",
+            )
         engine_kwargs = {"connect_args": {"timeout": 60}}
     else:
         engine_kwargs = {"pool_pre_ping": True}

@@ -42,6 +42,9 @@ from autotune.study._record import INFEASIBLE, OK, TIMEOUT, TrialRecord
 
 log = logging.getLogger("autotune.study")
 
+#: Launches of one trial when another program takes its port in the meantime.
+PORT_ATTEMPTS = 3
+
 
 @dataclass
 class TrialFiles:
@@ -115,7 +118,23 @@ class TrialRunner:
                 extra={"refused_as": verdict.category},
             )
         spec = self.engine.spec
-        port = find_free_port(spec.host, preferred=spec.port)
+        preferred: int | None = spec.port
+        record = TrialRecord(outcome=OK, role=role)
+        for _ in range(PORT_ATTEMPTS):
+            port = find_free_port(spec.host, preferred=preferred)
+            record = self._launch_once(config, port, role, files, hooks)
+            if not _port_taken(record):
+                break
+            # another program took the port between the check and the server's bind: that
+            # says nothing about the configuration, so launch again on another port
+            log.warning("port %d was taken before the server bound it; launching again", port)
+            preferred = None
+        return record
+
+    def _launch_once(
+        self, config: ServerConfig, port: int, role: str, files: TrialFiles, hooks: TrialHooks
+    ) -> TrialRecord:
+        spec = self.engine.spec
         launch = self.engine.build_launch(config, port=port, workload=self.space.workload)
         record = TrialRecord(outcome=OK, role=role, command=launch.display())
         if self.sglang_command is not None:
@@ -258,6 +277,14 @@ class TrialRunner:
         files.results.write_text(
             json.dumps(measurement.to_dict(requests=True), indent=1, default=str)
         )
+
+
+def _port_taken(record: TrialRecord) -> bool:
+    """Whether a start-up failed only because the port was already bound."""
+    if record.outcome in (OK, TIMEOUT):
+        return False
+    line = (record.failure_line or "").lower()
+    return "address already in use" in line or "errno 98" in line
 
 
 def _round(value: float | None) -> float | None:
