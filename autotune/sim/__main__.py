@@ -254,6 +254,7 @@ class SimProcess:
             max_running_requests=plan.max_running_requests,
             num_draft_tokens=res.num_draft_tokens,
             speculative=res.config.speculative,
+            stream_interval=max(1, int(a.get("stream_interval") or 1)),
         )
 
     def _die(self, lines: Sequence[str], code: int) -> None:

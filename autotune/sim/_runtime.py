@@ -2,18 +2,19 @@
 
 One asyncio task owns the engine. While the engine has work it takes a step, then sleeps until
 that step's deadline, then delivers the step's tokens to the waiting requests. Deadlines follow a
-monotonic schedule (each is the previous deadline plus the step's modelled duration), so sleeping
-imprecisely does not add up to drift; a loop that fell behind delivers its late step at once and
-schedules the next from now, so it never bursts more than one step early to catch up. Serving is
-never time-scaled: a step the model times at 31 ms takes 31 ms. Which requests a step admits is
-decided by the admission window of :mod:`autotune.sim._admission`: a step begins at the end of
-the previous one (or at the arrival that ended an idle spell), and requests that arrive shortly
-after that boundary, such as a closed-loop client's replacements for the requests that just
-finished, still join it.
+schedule (each is the previous deadline plus the step's modelled duration), so sleeping
+imprecisely does not add up to drift. Which requests a step admits, when it begins, and how a
+loop that fell behind catches up is decided by :mod:`autotune.sim._admission`: a step begins at
+the end of the previous one (or at the arrival that ended an idle spell); requests that arrive
+shortly after that boundary, such as a closed-loop client's replacements for the requests that
+just finished, still join it; late steps are delivered at once until the loop is back on
+schedule. Serving is never time-scaled: a step the model times at 31 ms takes 31 ms.
 
-The loop also prints SGLang's ``Prefill batch`` line for every prefill step and the ``Decode
-batch`` line every ``--decode-log-interval`` decode steps, keeps the latency histograms behind
-``/metrics``, and ends the process when a ``crash_mid_benchmark`` fault comes due.
+Tokens reach a request's response every step, or as SGLang's ``--stream-interval`` (and a
+``/generate`` request's ``sampling_params.stream_interval``) says. The loop also prints SGLang's
+``Prefill batch`` line for every prefill step and the ``Decode batch`` line every
+``--decode-log-interval`` decode steps, keeps the latency histograms behind ``/metrics``, and
+ends the process when a ``crash_mid_benchmark`` fault comes due.
 """
 
 from __future__ import annotations
@@ -54,6 +55,27 @@ class RequestState:
     aborted: bool = False
     #: Set when the request ends (finished, cancelled or aborted).
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Tokens are handed over when this many are unsent (SGLang's ``stream_interval``).
+    stream_interval: int = 1
+    #: Events not handed over yet, and their tokens.
+    held: list[TokenEvent] = field(default_factory=list)
+    unsent: int = 0
+
+    def hand_over(self, event: TokenEvent) -> None:
+        """Queue ``event`` for the response, as SGLang streams: every step at interval 1, else
+        the first token at once, then whenever ``stream_interval`` tokens are unsent, and the
+        end."""
+        first = self.completion_tokens == event.new_tokens and not self.held
+        self.held.append(event)
+        self.unsent += event.new_tokens
+        if self.stream_interval > 1 and not (
+            first or event.finished or self.unsent >= self.stream_interval
+        ):
+            return
+        for held in self.held:
+            self.queue.put_nowait(held)
+        self.held.clear()
+        self.unsent = 0
 
 
 class ServingRuntime:
@@ -104,13 +126,19 @@ class ServingRuntime:
         return self.engine.fits(prompt_tokens, max_new_tokens)
 
     def submit(
-        self, prompt_tokens: int, max_new_tokens: int, temperature: float, *, counted: bool
+        self,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        temperature: float,
+        *,
+        counted: bool,
+        stream_interval: int = 1,
     ) -> RequestState:
         state = RequestState(uuid.uuid4().hex, prompt_tokens, max_new_tokens, counted)
+        state.stream_interval = max(1, stream_interval)
         self._requests[state.rid] = state
         self.engine.submit(SimRequest(state.rid, prompt_tokens, max_new_tokens, temperature))
         self.admission.arrived(asyncio.get_running_loop().time())
-        import sys; print(f'ARRIVE {asyncio.get_running_loop().time():.4f}', file=sys.stderr)
         self._wake.set()
         return state
 
@@ -150,29 +178,22 @@ class ServingRuntime:
     async def run(self) -> None:
         """Drive the engine until :meth:`close`."""
         loop = asyncio.get_running_loop()
-        begin: float | None = None  # when the next step begins; None: at the next arrival
-        last: StepResult | None = None  # the step delivered last
-        since = 0  # arrivals before that delivery
-        delivered_at = 0.0
+        begin: float | None = None  # when the next step begins; None: now
+        burst: tuple[float, int] | None = None  # start of a burst, arrivals before it
         while not self._closed.is_set():
-            finished = sum(1 for ev in last.events if ev.finished) if last else 0
-            if finished and last is not None:
-                await self.admission.replacements(
-                    finished, since=since, opened=delivered_at, step_s=last.duration_s
-                )
-            last = None
-            if self._closed.is_set():
-                return
             if not self.engine.has_work():
-                idle_since = loop.time()
-                self._wake.clear()
-                await self._wake.wait()
-                if self._closed.is_set() or not self.engine.has_work():
-                    begin = None
+                before = self.admission.arrivals
+                begin = await self._until_work()
+                if begin is None:
                     continue
-                arrival = self.admission.last_arrival
-                begin = arrival if arrival >= idle_since else loop.time()
+                burst = (begin, before)
                 await self.admission.burst(begin)
+            if burst is not None and not (self.engine.waiting or self.engine.prefilling):
+                if self.admission.arrivals - burst[1] > 1:
+                    # a client's burst decodes in step: its first decode waits for the rest
+                    await self.admission.burst(burst[0], decoding=True)
+                burst = None
+                continue
             result = self.engine.step()
             if result.kind == "idle" and not result.events:
                 self._wake.clear()
@@ -180,18 +201,33 @@ class ServingRuntime:
                     await asyncio.wait_for(self._wake.wait(), timeout=0.05)
                 begin = None
                 continue
-            deadline = next_deadline(begin, result.duration_s, loop.time())
+            deadline = self.admission.deadline(begin, result.duration_s, loop.time())
             await asyncio.sleep(max(0.0, deadline - loop.time()))
-            since, delivered_at = self.admission.arrivals, loop.time()
+            delivered_at = loop.time()
             crash = self._deliver(result)
-            import sys; print(f'DELIVER {loop.time():.4f} {result.kind} {len(result.events)} fin={sum(1 for e in result.events if e.finished)} dur={result.duration_s*1000:.2f} late={(loop.time()-deadline)*1000:.2f}', file=sys.stderr)
             self._log_step(result)
             if crash:
                 # let the last response reach its client, then die as a crashed scheduler does
                 await asyncio.sleep(0.01)
                 self.on_fatal(cuda_crash_lines(SITE_PACKAGES), 1)
                 return
-            last, begin = result, deadline
+            begin = deadline
+            finished = sum(1 for ev in result.events if ev.finished)
+            idle = not self.engine.running  # waiting for replacements holds no decoding up
+            if finished > 1 or (finished and not idle):
+                await self.admission.replacements(delivered_at, finished, idle=idle)
+
+    async def _until_work(self) -> float | None:
+        """Wait until the idle engine gets work; when its first request arrived (None: the
+        server is closing, or the wake-up brought no work)."""
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time()
+        self._wake.clear()
+        await self._wake.wait()
+        if self._closed.is_set() or not self.engine.has_work():
+            return None
+        arrival = self.admission.last_arrival
+        return arrival if arrival >= idle_since else loop.time()
 
     def _deliver(self, result: StepResult) -> bool:
         now = time.monotonic()
@@ -224,7 +260,7 @@ class ServingRuntime:
                 if state.counted:
                     self.completed += 1
                     crash = crash or self.faults.crashes_after(self.completed)
-            state.queue.put_nowait(ev)
+            state.hand_over(ev)
         return crash
 
     def _log_step(self, result: StepResult) -> None:
@@ -283,15 +319,6 @@ class ServingRuntime:
     def render_metrics(self, model_name: str) -> str:
         """Prometheus text exposition of SGLang's ``sglang:`` metrics."""
         return self.metrics.render(self.engine.stats, model_name)
-
-
-def next_deadline(previous: float | None, duration_s: float, now: float) -> float:
-    """When a step that starts now is due: the previous deadline plus its duration.
-
-    Without a previous deadline (the engine was idle) the step starts now; a loop that fell
-    behind (the result would already be past) delivers at once and goes on from now.
-    """
-    return max((now if previous is None else previous) + duration_s, now)
 
 
 @dataclass

@@ -211,7 +211,11 @@ class SimServer:
                 status_code=500,
             )  # fmt: skip
         state = self.runtime.submit(
-            ask.prompt_tokens, ask.max_new_tokens, ask.temperature, counted=True
+            ask.prompt_tokens,
+            ask.max_new_tokens,
+            ask.temperature,
+            counted=True,
+            stream_interval=ask.stream_interval or self.info.stream_interval,
         )
         streaming = ask.stream
         pieces = self._pieces(state, ask.key, ask.stop, whole=not streaming)

@@ -9,11 +9,12 @@ from collections.abc import Sequence
 import pytest
 
 from autotune._knobs import ServerConfig
+from autotune.sim._admission import next_deadline
 from autotune.sim._faults import FaultPlan
 from autotune.sim._logging import SGLangLog
 from autotune.sim._model import SimModel
 from autotune.sim._profile import load_profile
-from autotune.sim._runtime import RequestState, ServingRuntime, next_deadline
+from autotune.sim._runtime import RequestState, ServingRuntime
 from autotune.sim._types import TokenEvent
 
 SPEC = ServerConfig(
