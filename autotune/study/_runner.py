@@ -298,9 +298,13 @@ class StudyRunner:
                 if self.space.objective.direction == "minimize":
                     ratio = base / record.value
                 record.extra["speedup"] = round(ratio, 4)
+        # what differs from SGLang's defaults, and every searched knob even at its default
         defaults = ServerConfig().to_params(include_unset=True)
+        searched = set(self.space.distributions())
         record.extra["config"] = {
-            k: v for k, v in config.to_params().items() if v != defaults.get(k) or k == "tp_size"
+            k: v
+            for k, v in config.to_params().items()
+            if v != defaults.get(k) or k == "tp_size" or k in searched
         }
         for key, value in record.user_attrs().items():
             retry_locked(partial(trial.set_user_attr, key, value))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -93,6 +94,8 @@ def create_or_load(
 ) -> tuple[optuna.Study, SearchSpace]:
     """Create the study (start) or load it (resume), checking it matches the space."""
     import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     if resume and paths.sqlite_file is not None and not paths.sqlite_file.exists():
         raise _no_such_study(paths)  # (opening the file would create an empty one)
@@ -235,7 +238,8 @@ def sglang_command(space: SearchSpace, engine: Engine) -> Callable[[ServerConfig
     """For the simulated engine: the SGLang command line each trial stands for (recorded)."""
     if engine.spec.kind != "sim":
         return None
-    spec = engine.spec
+    # the interpreter of the SGLang installation is not known: the command names python3
+    spec = dataclasses.replace(engine.spec, python="python3")
     sglang = SGLangEngine(spec, flags=known_flagset(spec.sim.dialect))
 
     def command(config: ServerConfig, port: int) -> str:
