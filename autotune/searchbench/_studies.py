@@ -38,7 +38,7 @@ from autotune.engines import Engine, Infeasible
 from autotune.searchbench._oracle import Oracle
 from autotune.space import SearchSpace, check_rules
 from autotune.study._feasibility import Feasibility
-from autotune.study._record import OK, is_crash
+from autotune.study._record import OK
 from autotune.study._sampler import AutotuneSampler
 from autotune.study._setup import informed_configs
 
@@ -129,7 +129,7 @@ class StudySimulator:
         traces: list[TrialTrace] = []
         for number in range(budget):
             if feasibility is not None and learn:
-                feasibility.learn(_crashes(study))
+                feasibility.learn_from(study)
             trial = study.ask()
             role = str(trial.user_attrs.get("role", "search"))
             params: dict[str, Any] | None
@@ -249,12 +249,3 @@ class _RulesOnly(Feasibility):
         self, config: ServerConfig, params: Mapping[str, Any] | None = None
     ) -> Infeasible | None:
         return None
-
-
-def _crashes(study: optuna.Study) -> list[tuple[int, dict[str, Any], str]]:
-    out = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
-        outcome = t.user_attrs.get("outcome")
-        if t.params and is_crash(outcome):
-            out.append((t.number, dict(t.params), str(outcome)))
-    return out

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune._knobs import ServerConfig
 from autotune.engines import Engine, Hardware, Infeasible
 from autotune.space import SearchSpace, check_rules
-from autotune.study._record import CRASH_OUTCOMES
+from autotune.study._record import CRASH_OUTCOMES, is_crash
+
+if TYPE_CHECKING:
+    import optuna
 
 #: All-reduce modes that are safe defaults: their crashes are never blamed on the mode alone.
 _PLAIN_MODES = frozenset({"nccl", "custom", "nccl_ring"})
@@ -134,6 +137,16 @@ class Feasibility:
             lesson = self._lesson(number, params, outcome)
             if lesson is not None:
                 self._lessons.append(lesson)
+
+    def learn_from(self, study: optuna.Study) -> None:
+        """Rebuild the learned rules from the crashed and refused trials of ``study``."""
+        from optuna.trial import TrialState
+
+        self.learn(
+            (t.number, dict(t.params), str(t.user_attrs.get("outcome")))
+            for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
+            if t.params and is_crash(t.user_attrs.get("outcome"))
+        )
 
     @property
     def lessons(self) -> int:

@@ -37,7 +37,6 @@ from autotune.study._record import (
     STUDY_REFUSED,
     SYS_PROCESS,
     TrialRecord,
-    is_crash,
 )
 from autotune.study._sampler import build_sampler
 from autotune.study._setup import (
@@ -236,7 +235,7 @@ class StudyRunner:
         """Run the next trial; False when it was given back unrun (see :mod:`._claims`)."""
         from optuna.trial import TrialState
 
-        self.feasibility.learn(self._crash_history())
+        self.feasibility.learn_from(self.study)
         trial = retry_locked(self.study.ask, what="ask")
         number = trial.number
         role = str(trial.user_attrs.get("role") or "search")
@@ -338,16 +337,6 @@ class StudyRunner:
             if t.user_attrs.get("role") == "baseline" and t.value is not None:
                 return float(t.value)
         return None
-
-    def _crash_history(self) -> list[tuple[int, dict[str, Any], str]]:
-        from optuna.trial import TrialState
-
-        out = []
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
-            outcome = t.user_attrs.get("outcome")
-            if t.params and is_crash(outcome):
-                out.append((t.number, dict(t.params), str(outcome)))
-        return out
 
     def constraints(self, trial: optuna.trial.FrozenTrial) -> list[float]:
         """``starts`` (<= 0: the server started and was measured), then the space's limits."""
