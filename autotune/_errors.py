@@ -104,6 +104,11 @@ class BenchmarkError(AutotuneError):
         self.url = url
 
 
+class BenchmarkTimeout(BenchmarkError):
+    """A benchmark ran out of time: every request stalled, timed out or was cut at the deadline
+    (a hung or far too slow server), so nothing could be measured."""
+
+
 class StorageError(AutotuneError):
     """The study storage cannot be opened or written, or a study does not match its space."""
 
@@ -114,5 +119,15 @@ class StorageError(AutotuneError):
 
 class Interrupted(AutotuneError):
     """The user stopped the run (Ctrl-C or SIGTERM); what was running has been recorded."""
+
+    exit_code = 130
+
+
+class Cancelled(AutotuneError):
+    """A wait or a measurement was ended early because the run is being stopped (a signal).
+
+    Raised in ordinary code (never from a signal handler) by the waits that watch for a stop;
+    the study records what was running and turns it into :class:`Interrupted`.
+    """
 
     exit_code = 130

@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from autotune._errors import BenchmarkError
+from autotune._errors import BenchmarkError, BenchmarkTimeout
 from autotune.bench._metrics import (
     Acceptance,
     BenchmarkResult,
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from autotune.engines._spec import Timeouts
 
 T = TypeVar("T")
+
+#: Request errors that say the server ran out of time (silent, too slow, or cut at the deadline).
+TIMEOUT_ERRORS = frozenset({"timeout", "stalled", "request_timeout", "pool"})
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,8 @@ class ClientOptions:
     server_stats: bool = True
     progress: bool | None = None
     model: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Sent with every request (the API key's ``Authorization``): never shown in ``repr``.
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_timeouts(cls, timeouts: Timeouts, **changes: Any) -> ClientOptions:
@@ -93,10 +97,19 @@ class RunRecords:
     client_cpu_s: float = 0.0
 
     def result(self) -> BenchmarkResult:
-        """The figures (see :func:`compute_result`); raises BenchmarkError if all failed."""
-        return compute_result(
-            self.records, url=self.url, api=self.api, acceptance=self.server_acceptance
-        )
+        """The figures (see :func:`compute_result`); raises BenchmarkError if all failed
+        (:class:`BenchmarkTimeout` when every one of them ran out of time)."""
+        try:
+            return compute_result(
+                self.records, url=self.url, api=self.api, acceptance=self.server_acceptance
+            )
+        except BenchmarkError as e:
+            measured = [r for r in self.records if not r.warmup]
+            if measured and all(r.error in TIMEOUT_ERRORS for r in measured):
+                timed_out = _timed_out(e.message, None)  # the message names the URL already
+                timed_out.url = e.url
+                raise timed_out from e
+            raise
 
 
 class BenchmarkClient:
@@ -163,6 +176,12 @@ class BenchmarkClient:
             warm = await self._phase(client, factory.warmup(), workload, deadline, "warm-up")
             if warm and not any(s.error is None for s in warm):
                 first = warm[0].record()
+                if all(s.record().error in TIMEOUT_ERRORS for s in warm):
+                    raise _timed_out(
+                        f"all {len(warm)} warm-up requests ran out of time; first: "
+                        f"{first.error}: {first.error_detail}",
+                        self.url,
+                    )
                 raise BenchmarkError(
                     f"all {len(warm)} warm-up requests failed; first: "
                     f"{first.error}: {first.error_detail}",
@@ -178,7 +197,8 @@ class BenchmarkClient:
             measured = await self._phase(client, planned, workload, deadline, "")
             cpu = time.process_time() - cpu0
             acceptance: Acceptance | None = None
-            if stats:
+            # a server that answered nothing is not asked for its statistics (it may hang)
+            if stats and any(s.error is None for s in measured):
                 after = await self._fetch(client, "GET", "/get_server_info")
                 metrics = await self._fetch(client, "GET", "/metrics")
                 acceptance = acceptance_from_server(
@@ -252,6 +272,15 @@ class BenchmarkClient:
         except httpx.HTTPError:
             return None
         return response.text if response.status_code == 200 else None
+
+
+def _timed_out(message: str, url: str | None) -> BenchmarkTimeout:
+    return BenchmarkTimeout(
+        message,
+        url=url,
+        hint="the server stopped answering (hung, or far too slow); check the server log, "
+        "or raise engine.timeouts.request_s / benchmark_s if it is merely slow",
+    )
 
 
 def run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:

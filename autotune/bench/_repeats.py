@@ -19,18 +19,28 @@ measurement (the tuner stops measuring a configuration that is already clearly w
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from autotune._errors import ConfigError
+from autotune._errors import Cancelled, ConfigError
 from autotune.bench._client import BenchmarkClient, run_sync
 from autotune.bench._metrics import BenchmarkResult
 from autotune.bench._workload import WorkloadSpec
 
 #: Called after each repeat but the last with the results so far; True stops further repeats.
 EarlyStop = Callable[[Sequence[BenchmarkResult]], bool]
+
+#: Asked while a measurement runs; True cancels it (:class:`Cancelled`).
+CancelCheck = Callable[[], bool]
+
+#: How often a measurement asks its :data:`CancelCheck`.
+CANCEL_POLL_S = 0.05
+
+T = TypeVar("T")
 
 #: Default relative spread (MAD / median) above which a measurement is noisy.
 NOISE_THRESHOLD = 0.02
@@ -169,12 +179,18 @@ async def measure(
     early_stop: EarlyStop | None = None,
     noise_threshold: float = NOISE_THRESHOLD,
     checked_metrics: Sequence[str] = ("output_tok_s",),
+    cancelled: CancelCheck | None = None,
 ) -> Measurement:
     """Run ``workload`` ``repeats`` times (default ``workload.repeats``) and aggregate.
 
+    ``cancelled`` is asked every :data:`CANCEL_POLL_S` while the repeats run: once it answers
+    True the requests in flight are cancelled and :class:`Cancelled` is raised.
+
     Raises:
-        BenchmarkError: a repeat in which every request failed, or the server is unreachable.
+        BenchmarkError: a repeat in which every request failed, or the server is unreachable
+            (:class:`~autotune._errors.BenchmarkTimeout` when they all ran out of time).
         ConfigError: ``repeats`` below 1, or an unusable prompt file.
+        Cancelled: ``cancelled`` answered True.
     """
     count = workload.repeats if repeats is None else repeats
     if count < 1:
@@ -182,8 +198,11 @@ async def measure(
     results: list[BenchmarkResult] = []
     stopped = False
     for r in range(count):
+        if cancelled is not None and cancelled():
+            raise Cancelled("the measurement was stopped")
         flush = r > 0 and workload.source != "synthetic"
-        results.append(await client.run(workload, variant=r, flush_cache=flush))
+        run = client.run(workload, variant=r, flush_cache=flush)
+        results.append(await run if cancelled is None else await until_cancelled(run, cancelled))
         if r + 1 < count and early_stop is not None and early_stop(tuple(results)):
             stopped = True
             break
@@ -204,6 +223,7 @@ def measure_sync(
     early_stop: EarlyStop | None = None,
     noise_threshold: float = NOISE_THRESHOLD,
     checked_metrics: Sequence[str] = ("output_tok_s",),
+    cancelled: CancelCheck | None = None,
 ) -> Measurement:
     """:func:`measure` for callers that are not async."""
     return run_sync(
@@ -214,8 +234,29 @@ def measure_sync(
             early_stop=early_stop,
             noise_threshold=noise_threshold,
             checked_metrics=checked_metrics,
+            cancelled=cancelled,
         )
     )
+
+
+async def until_cancelled(work: Awaitable[T], cancelled: CancelCheck) -> T:
+    """Await ``work`` while asking ``cancelled`` every :data:`CANCEL_POLL_S`; once it answers
+    True, cancel ``work``, wait for it to wind down (its requests closed) and raise
+    :class:`Cancelled`."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=CANCEL_POLL_S)
+            if done:
+                return task.result()
+            if cancelled():
+                break
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    raise Cancelled("the measurement was stopped")
 
 
 def _relative(spread: float | None, centre: float | None) -> float | None:

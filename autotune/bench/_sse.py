@@ -5,8 +5,10 @@
 one read is held until the next read tells which); ``data:`` with or without the one optional
 space; several ``data:`` lines of one event are joined with LF; ``:`` starts a comment; a blank
 line ends an event; other fields (``event:``, ``id:``, ``retry:``) are ignored. Bytes are decoded
-as UTF-8 incrementally, so a character split across two reads is kept whole. :func:`decode_json`
-turns one event's data into a JSON object; ``[DONE]`` ends the stream; anything else raises
+as UTF-8 incrementally, so a character split across two reads is kept whole. A line (or one
+event's data) longer than :data:`MAX_LINE_CHARS` raises :class:`StreamTooLong`: a server that
+streams an endless line fails its request instead of filling memory. :func:`decode_json` turns
+one event's data into a JSON object; ``[DONE]`` ends the stream; anything else raises
 :class:`StreamFormatError`, which fails that request only.
 
 :class:`StreamAccumulator` reads what each API's chunks say; :class:`RequestState` sends one
@@ -29,6 +31,11 @@ if TYPE_CHECKING:
 
 #: The data of the event that ends a stream.
 DONE = "[DONE]"
+#: The longest line, and the most data of one event, the decoder holds (characters). A chunk of
+#: ``/generate`` carries the whole text so far: 8 Mi characters is some two million tokens.
+MAX_LINE_CHARS = 8 * 1024 * 1024
+#: The most of an error response's body that is read (bytes).
+MAX_ERROR_BODY = 64 * 1024
 
 
 class StreamFormatError(ValueError):
@@ -43,22 +50,43 @@ class StreamFormatError(ValueError):
         return repr(text)
 
 
+class StreamTooLong(StreamFormatError):
+    """A line or an event beyond :data:`MAX_LINE_CHARS`: the stream is refused, not buffered."""
+
+
 class SSEDecoder:
     """Incremental event-stream decoder: feed it network reads, get each event's data."""
 
-    __slots__ = ("_buffer", "_data", "_has_data", "_text")
+    __slots__ = ("_buffer", "_data", "_data_chars", "_has_data", "_limit", "_pending", "_text")
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_chars: int = MAX_LINE_CHARS) -> None:
         self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buffer = ""
+        self._pending: list[str] = []  # reads of a line whose end has not come yet
         self._data: list[str] = []
+        self._data_chars = 0
         self._has_data = False
+        self._limit = max_line_chars
 
     def feed(self, chunk: bytes | str) -> list[str]:
-        """Add one read; return the data of every event it completed, in order."""
+        """Add one read; return the data of every event it completed, in order.
+
+        Raises:
+            StreamTooLong: a line or an event's data grew beyond the decoder's limit.
+        """
         text = self._text.decode(chunk) if isinstance(chunk, bytes) else chunk
         if not text:
             return []
+        if "\n" not in text and "\r" not in text:
+            # Still inside one line: keep the piece without copying what came before.
+            self._pending.append(text)
+            held = len(self._buffer) + sum(len(p) for p in self._pending)
+            if held > self._limit:
+                self._too_long((self._buffer + "".join(self._pending[:3]))[:80], held)
+            return []
+        if self._pending:
+            self._buffer += "".join(self._pending)
+            self._pending = []
         buffer = self._buffer + text
         # A CR at the very end may be the first half of a CRLF: keep it for the next read.
         if buffer.endswith("\r"):
@@ -71,14 +99,30 @@ class SSEDecoder:
         lines = buffer.split("\n")
         # The last piece has no line end yet.
         self._buffer = lines.pop() + self._buffer
+        if len(self._buffer) > self._limit:
+            self._too_long(self._buffer[:80], len(self._buffer))
         events: list[str] = []
         for line in lines:
+            if len(line) > self._limit:
+                self._too_long(line[:80], len(line))
             self._line(line, events)
         return events
+
+    def _too_long(self, start: str, size: int) -> None:
+        self._buffer = ""
+        self._pending = []
+        raise StreamTooLong(
+            f"the server sent a line of more than {self._limit:,} characters ({size:,} so far) "
+            "without ending it; the request is failed rather than buffered",
+            start,
+        )
 
     def close(self) -> list[str]:
         """End of stream: complete what is pending (a last event without its blank line)."""
         tail = self._text.decode(b"", final=True)
+        if self._pending:
+            self._buffer += "".join(self._pending)
+            self._pending = []
         events = self.feed(tail) if tail else []
         pending = self._buffer
         self._buffer = ""
@@ -89,6 +133,7 @@ class SSEDecoder:
         if self._has_data:
             events.append("\n".join(self._data))
             self._data = []
+            self._data_chars = 0
             self._has_data = False
         return events
 
@@ -97,6 +142,7 @@ class SSEDecoder:
             if self._has_data:
                 events.append("\n".join(self._data))
                 self._data = []
+                self._data_chars = 0
                 self._has_data = False
             return
         if line[0] == ":":
@@ -108,6 +154,15 @@ class SSEDecoder:
         elif value.startswith(" "):
             value = value[1:]
         if name == "data":
+            self._data_chars += len(value) + 1
+            if self._data_chars > self._limit:
+                self._data = []
+                self._data_chars = 0
+                raise StreamTooLong(
+                    f"one event's data lines add up to more than {self._limit:,} characters; "
+                    "the request is failed rather than buffered",
+                    value[:80],
+                )
             self._data.append(value)
             self._has_data = True
 
@@ -267,6 +322,16 @@ _SPEC_KEYS = (
 )
 
 
+async def _read_at_most(response: httpx.Response, limit: int) -> bytes:
+    """The first ``limit`` bytes of a body (an endless one is not read to its end)."""
+    out = bytearray()
+    async for chunk in response.aiter_bytes():
+        out += chunk
+        if len(out) >= limit:
+            break
+    return bytes(out[:limit])
+
+
 def _int(raw: Any) -> int | None:
     if isinstance(raw, bool) or not isinstance(raw, int):
         return None
@@ -304,7 +369,9 @@ class RequestState:
                 headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
             ) as response:
                 if response.status_code != 200:
-                    text = (await response.aread())[:200].decode("utf-8", "replace")
+                    text = (await _read_at_most(response, MAX_ERROR_BODY))[:200].decode(
+                        "utf-8", "replace"
+                    )
                     self._fail(f"http_{response.status_code}", text.strip() or "(empty body)")
                     return
                 async for chunk in response.aiter_bytes():
@@ -321,6 +388,8 @@ class RequestState:
         except asyncio.CancelledError:
             self._fail("timeout", "cancelled at the benchmark deadline while running")
             raise
+        except StreamTooLong as e:
+            self._fail("line_too_long", f"{e}; it began {e.excerpt()}")
         except StreamFormatError as e:
             self._fail("malformed", f"{e}: {e.excerpt()}")
         except httpx.ReadTimeout:

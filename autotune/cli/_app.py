@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
@@ -23,6 +24,40 @@ app.add_typer(_sim.app, name="sim")
 app.add_typer(_bench.app, name="bench")
 app.add_typer(_logs.app, name="logs")
 _study.register_root_commands(app)
+
+
+def version() -> str:
+    """The installed distribution's version, else the package's own (a source tree)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("autotune")
+    except PackageNotFoundError:
+        import autotune
+
+        return autotune.__version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"autotune {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Tune SGLang's speculative-decoding settings with Bayesian optimisation."""
 
 
 def main(argv: list[str] | None = None) -> int:

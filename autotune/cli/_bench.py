@@ -83,6 +83,13 @@ def run(
     """
     from autotune.bench import BenchmarkClient, ClientOptions, measure_sync
 
+    url = check_url(url)
+    _finite(
+        temperature=temperature,
+        request_rate=request_rate,
+        timeout=timeout,
+        read_timeout=read_timeout,
+    )
     spec = _workload(
         workload,
         api=api,
@@ -120,6 +127,9 @@ def client_capacity(
     """How fast this client streams: token rate and CPU time per 1000 tokens."""
     from autotune.bench import run_client_capacity
 
+    if url is not None:
+        url = check_url(url)
+    _finite(seconds=seconds)
     result = run_client_capacity(concurrency, seconds, url=url, output_len=output_len)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
@@ -194,8 +204,52 @@ def search(
         typer.echo("written: " + ", ".join(str(p) for p in paths))
 
 
+def check_url(url: str, *, option: str = "--url") -> str:
+    """``url`` if it names an HTTP server by host and a valid port (the scheme may be left out).
+
+    Raises:
+        ConfigError: naming the option, what is wrong and an example.
+    """
+    from urllib.parse import urlsplit
+
+    hint = "e.g. --url http://127.0.0.1:30000"
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(f"{url!r} is not a usable URL: {e}", source=option, hint=hint) from None
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(
+            f"{url!r} is not an HTTP URL (scheme {parts.scheme!r})", source=option, hint=hint
+        )
+    if not parts.hostname:
+        raise ConfigError(f"{url!r} names no host", source=option, hint=hint)
+    if port is not None and port < 1:
+        raise ConfigError(
+            f"{url!r}: port {port} is out of range (1-65535)", source=option, hint=hint
+        )
+    if any(c.isspace() or not c.isprintable() for c in text):
+        raise ConfigError(f"{url!r} contains spaces or control characters", source=option)
+    return url if "://" in url else text
+
+
+def _finite(**options: float | None) -> None:
+    for name, value in options.items():
+        if value is not None and not math.isfinite(value):
+            option = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"must be a finite number, got {value!r}",
+                source=option,
+                hint="leave the option out for its default",
+            )
+
+
 def _workload(path: Path | None, **overrides: Any) -> WorkloadSpec:
     from autotune.bench import WorkloadSpec
+    from autotune.space._schema import check_workload
 
     data: dict[str, Any] = {}
     base_dir: Path | None = None
@@ -206,18 +260,23 @@ def _workload(path: Path | None, **overrides: Any) -> WorkloadSpec:
         if value is not None:
             data[key] = value
     source = str(path) if path is not None else "command line"
-    return WorkloadSpec.from_mapping(data, source=source, base_dir=base_dir)
+    spec = WorkloadSpec.from_mapping(data, source=source, base_dir=base_dir)
+    check_workload(spec, source=source, location="workload")
+    return spec
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
+    from autotune.space._loader import MAX_TEXT_CHARS, safe_data
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        with path.open(encoding="utf-8") as f:
+            text = f.read(MAX_TEXT_CHARS + 1)  # safe_data refuses a longer text
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ConfigError(f"cannot read the workload file: {e}", source=path) from e
     try:
-        data = yaml.safe_load(text)
+        data = safe_data(text, source=str(path))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None

@@ -8,6 +8,9 @@ from typing import Annotated
 
 import typer
 
+#: The exit status of ``classify`` on a log that shows a crash (0: no crash; 2: unreadable).
+CRASH_EXIT = 1
+
 app = typer.Typer(
     no_args_is_help=True,
     help="Read SGLang server logs: why a server crashed, or whether it is ready.",
@@ -31,13 +34,17 @@ def classify(
     ] = False,
 ) -> None:
     """Name the crash category of a server log (or ready / running / starting), the line that
-    shows it, and what to change. Exits 0 whatever the verdict."""
+    shows it, and what to change.
+
+    Exit status: 0 when the log shows no crash, 1 when it shows one (also with --json), 2 when
+    the file cannot be read.
+    """
     from autotune.crashes import classify_file
 
     result = classify_file(logfile)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
-        return
+        raise typer.Exit(CRASH_EXIT if result.is_crash else 0)
     kind = "crash" if result.is_crash else "no crash"
     typer.echo(f"category: {result.category} ({kind})")
     if result.evidence is None:
@@ -45,3 +52,4 @@ def classify(
     else:
         typer.echo(f"evidence: line {result.line_number}: {result.evidence}")
     typer.echo(f"advice:   {result.advice}")
+    raise typer.Exit(CRASH_EXIT if result.is_crash else 0)

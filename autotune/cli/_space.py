@@ -18,9 +18,12 @@ _REFUSED_WARN = 0.5
 def check(
     path: Annotated[Path, typer.Argument(help="The space file, e.g. search_spaces/eagle3.yaml.")],
     proposals: Annotated[
-        int, typer.Option(min=1, help="Random proposals to test against SGLang's rules.")
+        int,
+        typer.Option(min=1, max=100_000, help="Random proposals to test against SGLang's rules."),
     ] = 1000,
-    seed: Annotated[int, typer.Option(help="Seed of the random proposals.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=2**32 - 1, help="Seed of the random proposals.")
+    ] = 0,
 ) -> None:
     """Validate a space file, summarise it, and count proposals SGLang's rules refuse."""
     from autotune.engines import max_running_requests_for

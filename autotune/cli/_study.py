@@ -87,7 +87,20 @@ def resume(
         str | None, typer.Option("--space", help="Check the study against this space file.")
     ] = None,
     n_trials: Annotated[
-        int | None, typer.Option("--n-trials", min=1, help="New target of finished trials.")
+        int | None,
+        typer.Option(
+            "--n-trials",
+            min=1,
+            help="Run this many more finished trials than the study has (as Optuna's n_trials).",
+        ),
+    ] = None,
+    target_trials: Annotated[
+        int | None,
+        typer.Option(
+            "--target-trials",
+            min=1,
+            help="Run until the study has this many finished trials in all (a new target).",
+        ),
     ] = None,
     timeout: Annotated[float | None, typer.Option("--timeout")] = None,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
@@ -97,14 +110,23 @@ def resume(
     artifacts_dir: ArtifactsDir = None,
     progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
 ) -> None:
-    """Continue an interrupted study: interrupted trials run again, finished ones are kept."""
+    """Continue an interrupted study: interrupted trials run again, finished ones are kept.
+
+    Without --n-trials or --target-trials it runs to the study's stored target.
+    """
     from autotune.study import resume_study
 
+    if n_trials is not None and target_trials is not None:
+        raise typer.BadParameter(
+            "give --n-trials (this many more) or --target-trials (a total), not both",
+            param_hint="'--n-trials' / '--target-trials'",
+        )
     summary = resume_study(
         _options(  # type: ignore[arg-type]
             study_name=study_name,
             space_path=space,
-            n_trials=n_trials,
+            more_trials=n_trials,
+            n_trials=target_trials,
             timeout_s=timeout,
             seed=seed,
             sampler=sampler,
@@ -140,9 +162,14 @@ def report(
 ) -> None:
     """The best configuration, its speed-up over the baseline, crashes, and how to launch it."""
     from autotune.report import build_report, format_report, load_study
+    from autotune.study._storage import storage_faults, study_paths
 
-    study, paths = load_study(study_name, storage=storage, studies_dir=studies_dir)
-    rep = build_report(study, paths)
+    # a failing storage (corrupted, full, unwritable) is a message naming the file
+    paths = study_paths(study_name, storage=storage, studies_dir=studies_dir)
+
+    with storage_faults(paths):
+        study, paths = load_study(study_name, storage=storage, studies_dir=studies_dir)
+        rep = build_report(study, paths)
     if as_json:
         typer.echo(json.dumps(rep.to_dict(), indent=2, default=str))
     else:
@@ -157,9 +184,14 @@ def status(
 ) -> None:
     """Where a study stands: finished, running and interrupted trials, best so far."""
     from autotune.report import build_report, load_study
+    from autotune.study._storage import storage_faults, study_paths
 
-    study, paths = load_study(study_name, storage=storage, studies_dir=studies_dir)
-    rep = build_report(study, paths)
+    # a failing storage (corrupted, full, unwritable) is a message naming the file
+    paths = study_paths(study_name, storage=storage, studies_dir=studies_dir)
+
+    with storage_faults(paths):
+        study, paths = load_study(study_name, storage=storage, studies_dir=studies_dir)
+        rep = build_report(study, paths)
     target = f"/{rep.target}" if rep.target else ""
     best = "-" if rep.best is None or rep.best.value is None else f"{rep.best.value:.2f}"
     typer.echo(
@@ -176,19 +208,32 @@ def list_(
     storage: Storage = None,
     studies_dir: StudiesDir = "studies",
 ) -> None:
-    """Studies in the storage (or in every database of the studies folder)."""
-    from autotune.report import list_studies
+    """Studies in the storage (or in every database of the studies folder).
 
-    infos = list_studies(storage=storage, studies_dir=studies_dir)
-    if not infos:
-        typer.echo("no studies found")
-        return
-    for info in infos:
+    A database file that cannot be read (corrupted, not a study database) is named on stderr
+    with what to do, the others are still listed, and the exit status is 1.
+    """
+    from autotune.engines._redact import redact_url
+    from autotune.report._studies import scan_studies
+
+    listing = scan_studies(storage=storage, studies_dir=studies_dir)
+    for info in listing.studies:
         best = "-" if info.best_value is None else f"{info.best_value:.2f}"
         typer.echo(
             f"{info.name}: {info.finished} finished, {info.running} running, best {best}  "
-            f"({info.storage_url})"
+            f"({redact_url(info.storage_url)})"
         )
+    for where, message in listing.unreadable:
+        typer.echo(f"autotune: error: cannot list {redact_url(str(where))}: {message}", err=True)
+    if listing.unreadable:
+        typer.echo(
+            "  hint: restore a copy of each file named, or salvage it with "
+            "`sqlite3 FILE .recover | sqlite3 NEW.db`",
+            err=True,
+        )
+        raise typer.Exit(1)
+    if not listing.studies:
+        typer.echo("no studies found")
 
 
 def register_root_commands(root: typer.Typer) -> None:

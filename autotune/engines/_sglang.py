@@ -24,7 +24,7 @@ from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
 from autotune.engines._base import Engine, Hardware, Infeasible
 from autotune.engines._detect import detect_flagset
 from autotune.engines._dialects import FlagSet, known_flagset
-from autotune.engines._redact import is_secret_name
+from autotune.engines._redact import api_key_of, is_secret_env
 from autotune.engines._spec import EngineSpec, LaunchSpec
 
 if TYPE_CHECKING:
@@ -320,8 +320,15 @@ def make_launch(
 ) -> LaunchSpec:
     """A :class:`LaunchSpec` with ``spec.env`` under the knobs' environment, secrets marked."""
     env = {**spec.env, **knob_env}
-    secret = frozenset(name for name in env if is_secret_name(name))
-    return LaunchSpec(argv=tuple(argv), env=env, port=port, host=spec.host, secret_env=secret)
+    secret = frozenset(name for name in env if is_secret_env(name))
+    return LaunchSpec(
+        argv=tuple(argv),
+        env=env,
+        port=port,
+        host=spec.host,
+        secret_env=secret,
+        api_key=api_key_of(spec.extra_args),
+    )
 
 
 def _checkpoint_gib(path: str | None) -> float | None:

@@ -20,11 +20,53 @@ from autotune.engines._sglang import build_server_args, first_missing, make_laun
 if TYPE_CHECKING:
     from autotune._knobs import ServerConfig
     from autotune.bench._workload import WorkloadSpec
-    from autotune.engines._spec import EngineSpec, LaunchSpec
+    from autotune.engines._spec import EngineSpec, LaunchSpec, SimOptions
     from autotune.sim._profile import Profile
+    from autotune.space._loader import Section
 
 #: The SGLang releases whose command line the simulated server speaks.
 SIM_DIALECTS = ("0.5.23", "0.5.3")
+
+
+def check_sim_options(options: SimOptions, sec: Section, *, tp_size: int) -> None:
+    """Refuse, where the space file says it, a simulator section the simulator cannot run.
+
+    The dialect must be one of :data:`SIM_DIALECTS`, the profile one the simulator loads, the
+    tensor-parallel size at most the profile's GPU count, and every fault one of
+    :mod:`autotune.sim._faults` with a valid argument.
+
+    Raises:
+        ConfigError: located at ``engine.sim.<key>`` (with the line, through ``sec``).
+    """
+    from autotune.sim._faults import parse_fault
+    from autotune.sim._profile import load_profile
+
+    if options.dialect not in SIM_DIALECTS:
+        raise sec.error(
+            f"the simulated server has no dialect {options.dialect!r}",
+            "dialect",
+            hint="choose one of: " + ", ".join(SIM_DIALECTS),
+        )
+    try:
+        profile = load_profile(options.profile)
+    except ConfigError as e:
+        raise sec.error(e.message, "profile", hint=e.hint) from None
+    except (OSError, ValueError) as e:  # e.g. a NUL in the path
+        raise sec.error(f"cannot load the simulator profile: {e}", "profile") from None
+    gpus = profile.hardware.gpu_count
+    if tp_size > gpus:
+        raise sec.doc.error(
+            f"tp_size {tp_size} is more than the {gpus} GPU(s) of simulator profile "
+            f"{options.profile!r}",
+            (*sec.path[:-1], "tp_size"),
+            hint=f"use tp_size <= {gpus}, or a profile with more GPUs",
+        )
+    for i, spec in enumerate(options.faults):
+        try:
+            parse_fault(spec)
+        except ConfigError as e:
+            message = e.message.removeprefix("--sim-fault: ")
+            raise sec.doc.error(message, (*sec.path, "faults", i), hint=e.hint) from None
 
 
 class SimEngine(Engine):

@@ -47,6 +47,8 @@ class EngineSpec:
     draft_model_path: str | None = None
     tp_size: int = 1
     host: str = "127.0.0.1"
+    #: ``engine.expose``: the space allows a host other than a loopback address.
+    expose: bool = False
     port: int = 30000
     python: str | None = None
     launch_prefix: tuple[str, ...] = ()
@@ -68,10 +70,38 @@ class LaunchSpec:
     host: str = "127.0.0.1"
     #: Environment names whose values must never be recorded.
     secret_env: frozenset[str] = frozenset()
+    #: The server's ``--api-key``, sent by the readiness probe and the benchmark as a bearer
+    #: token; never recorded (left out of ``repr`` and :meth:`display`).
+    api_key: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def __repr__(self) -> str:  # secrets redacted, like display()
+        from autotune.engines._redact import redact_argv, redact_env
+
+        return (
+            f"LaunchSpec(argv={tuple(redact_argv(self.argv))!r}, "
+            f"env={redact_env(self.env, self.secret_env)!r}, port={self.port!r}, "
+            f"host={self.host!r})"
+        )
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """``Authorization: Bearer KEY`` when the server has an API key, else nothing."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def secrets(self) -> set[str]:
+        """The secret values of this launch (API key, secret environment, URL passwords), to
+        be replaced wherever they are copied (the server's log, before it is kept)."""
+        from autotune.engines._redact import secret_values
+
+        found = secret_values(self.argv, self.env)
+        found.update(v for k, v in self.env.items() if k in self.secret_env and v)
+        if self.api_key:
+            found.add(self.api_key)
+        return found
 
     def display(self, redact: bool = True) -> str:
         """The command line as a user would type it, environment first, secrets redacted."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TextIO
 
 from autotune._errors import ConfigError
+from autotune.engines._redact import redact_url
 from autotune.study._storage import StudyPaths, artifact_store, open_storage, study_paths
 
 
@@ -27,6 +29,19 @@ def dashboard_paths(
         study_name = dbs[0].stem
     name = study_name or "study"
     return study_paths(name, storage=storage, studies_dir=studies_dir, artifacts_dir=artifacts_dir)
+
+
+def exposure_warning(host: str) -> str | None:
+    """What to say when the dashboard listens beyond this machine (None: a loopback host)."""
+    from autotune.space._schema import is_loopback
+
+    if is_loopback(host):
+        return None
+    return (
+        f"--host {host}: optuna-dashboard will be reachable from other machines, without "
+        "authentication; anyone who can reach it can read and change the study "
+        "(use 127.0.0.1 and an SSH tunnel instead)"
+    )
 
 
 def serve_dashboard(
@@ -54,6 +69,11 @@ def serve_dashboard(
         raise ConfigError(f"port {port} on {host} is already in use", hint="choose --port")
     rdb = open_storage(paths)
     store = artifact_store(paths)
-    out.write(f"optuna-dashboard on http://{host}:{port}/ ({paths.storage_url}); Ctrl-C stops\n")
+    warning = exposure_warning(host)
+    if warning is not None:
+        sys.stderr.write(f"autotune: warning: {warning}\n")
+        sys.stderr.flush()
+    shown = redact_url(paths.storage_url)
+    out.write(f"optuna-dashboard on http://{host}:{port}/ ({shown}); Ctrl-C stops\n")
     out.flush()
     run_server(rdb, host=host, port=port, artifact_store=store)

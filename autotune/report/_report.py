@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._errors import StorageError
+from autotune.engines._redact import redact_text, redact_url
 from autotune.study._record import STUDY_METRIC, STUDY_REFUSED, STUDY_TARGET
-from autotune.study._storage import StudyPaths, open_storage, study_paths
+from autotune.study._storage import StudyPaths, open_for_reading, storage_faults, study_paths
 
 if TYPE_CHECKING:
     import optuna
@@ -97,11 +98,12 @@ def load_study(
             f"no study database {str(paths.sqlite_file)!r}",
             hint="list studies with `autotune study list`, or pass --storage/--studies-dir",
         )
-    rdb = open_storage(paths, writing=False)
-    names = {s.study_name for s in rdb.get_all_studies()}
+    rdb = open_for_reading(paths)  # (read-only where it cannot be written; damage: a message)
+    with storage_faults(paths):
+        names = {s.study_name for s in rdb.get_all_studies()}
     if name not in names:
         raise StorageError(
-            f"no study named {name!r} in {paths.storage_url}",
+            f"no study named {name!r} in {redact_url(paths.storage_url)}",
             hint="studies there: " + (", ".join(sorted(names)) or "none"),
         )
     return optuna.load_study(study_name=name, storage=rdb), paths
@@ -119,7 +121,7 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
     target = study.user_attrs.get(STUDY_TARGET)
     report = StudyReport(
         study_name=study.study_name,
-        storage_url=paths.storage_url,
+        storage_url=redact_url(paths.storage_url),
         metric=str(study.user_attrs.get(STUDY_METRIC, "objective")),
         direction="maximize" if maximize else "minimize",
         target=target if isinstance(target, int) else None,
@@ -142,12 +144,12 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
         return report
     best = top[0]
     attrs = next(t for t in finished if t.number == best.number).user_attrs
-    command = attrs.get("command")
+    command = _text(attrs.get("command"))
     return replace(
         report,
         best=best,
         best_command=command,
-        best_sglang_command=attrs.get("sglang_command", command),
+        best_sglang_command=_text(attrs.get("sglang_command", command)),
     )
 
 
@@ -160,7 +162,8 @@ def _number(value: Any) -> float | None:
 
 
 def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+    """A recorded text, with any secret in it redacted (studies recorded before redaction)."""
+    return redact_text(value) if isinstance(value, str) and value else None
 
 
 def _row(trial: optuna.trial.FrozenTrial) -> TrialRow:

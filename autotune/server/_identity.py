@@ -217,15 +217,29 @@ class ProcessTree:
         found, _ = self._collect(include_tokens=include_tokens)
         return {pid: p for pid, p in found.items() if _alive(p)}
 
-    def stop(self, *, term_timeout_s: float, kill_timeout_s: float) -> StopReport:
-        """SIGTERM to all, wait, then SIGKILL to whatever is left, and wait again."""
+    def stop(
+        self,
+        *,
+        term_timeout_s: float,
+        kill_timeout_s: float,
+        urgent: Callable[[], bool] | None = None,
+    ) -> StopReport:
+        """SIGTERM to all, wait, then SIGKILL to whatever is left, and wait again.
+
+        SIGCONT follows SIGTERM, so that a stopped (``SIGSTOP``) process acts on it. ``urgent``
+        is asked while waiting for the TERM to work: once it answers True (a second Ctrl-C) the
+        SIGKILL goes out at once. Nothing cuts the stop short: it returns when every process is
+        gone or, if some survive even SIGKILL (a process stuck in the kernel), after
+        ``kill_timeout_s`` more.
+        """
         started = time.monotonic()
         found, group_ours = self._collect(include_tokens=True)
         seen = set(found)
         alive = {pid: p for pid, p in found.items() if _alive(p)}
-        if alive:
+        if alive and not (urgent is not None and urgent()):
             self._signal(signal.SIGTERM, alive, group_ours)
-            alive = self._wait_gone(started + max(term_timeout_s, 0.0), alive, seen)
+            self._signal(signal.SIGCONT, alive, group_ours)
+            alive = self._wait_gone(started + max(term_timeout_s, 0.0), alive, seen, urgent)
         forced = bool(alive)
         if alive:
             deadline = time.monotonic() + max(kill_timeout_s, 0.0)
@@ -245,9 +259,14 @@ class ProcessTree:
         )
 
     def _wait_gone(
-        self, deadline: float, alive: dict[int, psutil.Process], seen: set[int]
+        self,
+        deadline: float,
+        alive: dict[int, psutil.Process],
+        seen: set[int],
+        urgent: Callable[[], bool] | None = None,
     ) -> dict[int, psutil.Process]:
-        """Wait until no process of the tree is alive; what is still alive at the deadline."""
+        """Wait until no process of the tree is alive; what is still alive at the deadline (or
+        once ``urgent`` answers True)."""
         pause = 0.005
         next_scan = time.monotonic() + 0.5
         while True:
@@ -255,6 +274,8 @@ class ProcessTree:
                 self._reap()
             alive = {pid: p for pid, p in alive.items() if _alive(p)}
             now = time.monotonic()
+            if alive and urgent is not None and urgent():
+                deadline = now  # escalate: look once more, then hand over to SIGKILL
             if not alive or now >= deadline or now >= next_scan:
                 # Look again for processes started meanwhile before declaring anything.
                 found, _ = self._collect(include_tokens=True)

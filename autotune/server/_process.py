@@ -8,7 +8,7 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from autotune._errors import ServerError
-from autotune.server._identity import TOKEN_ENV, ProcessTree
+from autotune.server._identity import TOKEN_ENV, ProcessTree, StopReport
 
 if TYPE_CHECKING:
     from autotune.engines._spec import LaunchSpec
@@ -54,6 +54,10 @@ def signal_name(returncode: int | None) -> str | None:
         return signal.Signals(-returncode).name
     except ValueError:
         return f"signal {-returncode}"
+
+
+def _always() -> bool:
+    return True
 
 
 class ServerProcess:
@@ -276,24 +280,45 @@ class ServerProcess:
         return set(self._tree.members())
 
     def stop(
-        self, term_timeout_s: float | None = None, kill_timeout_s: float | None = None
+        self,
+        term_timeout_s: float | None = None,
+        kill_timeout_s: float | None = None,
+        *,
+        urgent: Callable[[], bool] | None = None,
     ) -> ProcessOutcome:
         """Stop the server and everything it started; safe to call again (same outcome).
 
-        SIGTERM goes to the process group and to descendants that left it; after
-        ``term_timeout_s`` whatever is still alive gets SIGKILL, and the stop waits up to
-        ``kill_timeout_s`` more for it to go. Only processes of this launch are signalled: its
-        process group, its descendants, and processes carrying this launch's token.
+        SIGTERM (and SIGCONT, for a stopped process) goes to the process group and to
+        descendants that left it; after ``term_timeout_s`` whatever is still alive gets SIGKILL,
+        and the stop waits up to ``kill_timeout_s`` more for it to go. ``urgent`` (a second
+        Ctrl-C) skips the rest of the TERM wait: SIGKILL at once. A signal handler that raises
+        (a plain Ctrl-C) does not abandon the stop either: the stop runs to its end and the
+        exception follows. Only processes of this launch are signalled: its process group, its
+        descendants, and processes carrying this launch's token.
         """
         if self._outcome is not None:
             return self._outcome
         term = self.term_timeout_s if term_timeout_s is None else term_timeout_s
         kill = self.kill_timeout_s if kill_timeout_s is None else kill_timeout_s
-        report = self._tree.stop(term_timeout_s=term, kill_timeout_s=kill)
+        pending: BaseException | None = None
+        hurry = urgent
+        while True:
+            try:
+                report = self._tree.stop(term_timeout_s=term, kill_timeout_s=kill, urgent=hurry)
+                break
+            except KeyboardInterrupt as e:  # a handler that raises: escalate, never abandon
+                pending = pending or e
+                hurry = _always
+        if pending is not None:
+            self._finish_stop(report, kill)
+            raise pending
+        return self._finish_stop(report, kill)
+
+    def _finish_stop(self, report: StopReport, kill: float) -> ProcessOutcome:
         code = self._popen.poll()
         if code is None:
             code = self.wait(min(kill, 1.0))
-        self._outcome = ProcessOutcome(
+        outcome = ProcessOutcome(
             exit_code=code,
             signal=signal_name(code),
             elapsed_s=report.elapsed_s,
@@ -303,7 +328,8 @@ class ServerProcess:
             pids=report.pids,
             runtime_s=time.monotonic() - self.started_at,
         )
-        return self._outcome
+        self._outcome = outcome
+        return outcome
 
     def __enter__(self) -> ServerProcess:
         return self

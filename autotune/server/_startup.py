@@ -14,7 +14,7 @@ from autotune.server._process import ServerProcess
 if TYPE_CHECKING:
     import httpx
 
-StartupStatus = Literal["ready", "crashed", "exited", "timeout"]
+StartupStatus = Literal["ready", "crashed", "exited", "timeout", "interrupted"]
 
 
 class Classification(Protocol):
@@ -79,6 +79,8 @@ def wait_for_startup(
     probe_interval_s: float = 0.5,
     require_ready_line: bool = True,
     on_line: Callable[[str], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    api_key: str | None = None,
 ) -> StartupResult:
     """Follow ``proc``'s log until the server is ready, has crashed, has exited, or time is up.
 
@@ -89,7 +91,10 @@ def wait_for_startup(
     asked again every ``probe_interval_s`` until it does) and ``GET /get_model_info`` must answer
     200 with a JSON object. With ``require_ready_line=False`` (a server whose log is not visible,
     behind a launch prefix) the HTTP checks run from the start and suffice. ``timeout_s`` counts
-    from the launch.
+    from the launch. ``api_key``: the server's ``--api-key``, sent as ``Authorization: Bearer``.
+    ``cancelled`` is asked at every poll (``poll_interval_s``): once it answers True the wait
+    ends with status ``interrupted`` (a stop was asked for; the process is left running, for
+    the caller to stop).
     """
     import httpx
 
@@ -131,6 +136,8 @@ def wait_for_startup(
 
     with follower, httpx.Client(trust_env=False, follow_redirects=False) as client:
         while True:
+            if cancelled is not None and cancelled():
+                return result("interrupted", None, None, "the wait was interrupted")
             crash = scan(follower.read_new_lines())
             if crash is not None:
                 return result(
@@ -172,7 +179,7 @@ def wait_for_startup(
                 return _timed_out(result, follower, ready_line_seen, probe_failure, timeout_s)
             if ready_line_seen and now >= next_probe:
                 budget = max(min(health_timeout_s, deadline - now), 0.05)
-                failure = _probe(client, url, budget)
+                failure = _probe(client, url, budget, api_key)
                 if failure is None:
                     return result("ready", None, None, "ready: /health_generate answered 200")
                 probe_failure = failure
@@ -213,18 +220,28 @@ def _check_url(url: str) -> None:
         )
 
 
-def _probe(client: httpx.Client, url: str, timeout_s: float) -> str | None:
-    """None when the server answers both readiness checks; otherwise what went wrong."""
+def _probe(
+    client: httpx.Client, url: str, timeout_s: float, api_key: str | None = None
+) -> str | None:
+    """None when the server answers both readiness checks; otherwise what went wrong.
+
+    With ``api_key`` (the server's ``--api-key``) both requests carry ``Authorization: Bearer
+    KEY``, as SGLang requires on every route but ``/health*`` and ``/metrics``.
+    """
     import httpx
 
     base = url.rstrip("/")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     try:
-        health = client.get(f"{base}/health_generate", timeout=timeout_s)
+        health = client.get(f"{base}/health_generate", timeout=timeout_s, headers=headers)
         if health.status_code != 200:
             return f"GET /health_generate answered {health.status_code}"
-        info = client.get(f"{base}/get_model_info", timeout=timeout_s)
+        info = client.get(f"{base}/get_model_info", timeout=timeout_s, headers=headers)
     except httpx.HTTPError as e:
         return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    if info.status_code in (401, 403):
+        why = "the API key was refused" if api_key else "the server wants an API key"
+        return f"GET /get_model_info answered {info.status_code} ({why})"
     if info.status_code != 200:
         return f"GET /get_model_info answered {info.status_code}"
     try:

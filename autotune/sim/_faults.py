@@ -18,6 +18,9 @@ Given with ``--sim-fault SPEC`` (repeatable):
     every ``n``-th request is answered with HTTP 500.
 ``drop_connection:<n>``
     the ``n``-th request's connection is closed in the middle of the response.
+``endless_line:<n>``
+    the ``n``-th streamed request sends its first chunk, then one line that never ends (``data:``
+    and a run of characters with no line end) until the client goes away or the server stops.
 
 Requests are numbered from 1 in arrival order over ``/generate``, ``/v1/completions`` and
 ``/v1/chat/completions``; the internal warm-up and ``/health_generate`` do not count.
@@ -42,16 +45,26 @@ FAULT_NAMES: tuple[str, ...] = (
     "garbage",
     "http_500",
     "drop_connection",
+    "endless_line",
 )
 _FLAGS = ("hang_startup", "refuse_connections")
-_COUNTS = ("crash_mid_benchmark", "stall_stream", "garbage", "http_500", "drop_connection")
+_COUNTS = (
+    "crash_mid_benchmark",
+    "stall_stream",
+    "garbage",
+    "http_500",
+    "drop_connection",
+    "endless_line",
+)
 
 #: The event that ends a stream of server-sent events.
 DONE = b"data: [DONE]\n\n"
 #: A body chunk that tells the response to close the connection where it is.
 DROP = b""
 #: What happens to one request (see :meth:`FaultPlan.action_for`).
-ACTIONS = ("http_500", "stall", "garbage", "drop")
+ACTIONS = ("http_500", "stall", "garbage", "drop", "endless")
+#: One write of the ``endless_line`` fault.
+ENDLESS_PIECE = b"x" * 65536
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,7 @@ class FaultPlan:
     garbage: int | None = None
     http_500: int | None = None
     drop_connection: int | None = None
+    endless_line: int | None = None
 
     @classmethod
     def parse(cls, specs: Sequence[str]) -> FaultPlan:
@@ -94,6 +108,8 @@ class FaultPlan:
             return "garbage"
         if self.drop_connection == index:
             return "drop"
+        if self.endless_line == index:
+            return "endless"
         return None
 
     def crashes_after(self, completed: int) -> bool:
@@ -109,7 +125,8 @@ def parse_fault(spec: str) -> tuple[str, bool | int | float]:
     """
     name, sep, arg = spec.strip().partition(":")
     hint = "faults: hang_startup, slow_start:<factor>, crash_mid_benchmark:<n>, " + (
-        "stall_stream:<n>, refuse_connections, garbage:<n>, http_500:<n>, drop_connection:<n>"
+        "stall_stream:<n>, refuse_connections, garbage:<n>, http_500:<n>, drop_connection:<n>, "
+        "endless_line:<n>"
     )
     if name not in FAULT_NAMES:
         raise ConfigError(f"unknown fault {spec!r}", source="--sim-fault", hint=hint)
@@ -146,11 +163,13 @@ async def inject_fault(
     cancel: Callable[[], None],
     closed: asyncio.Event,
 ) -> AsyncIterator[bytes]:
-    """The body of a request that suffers ``action`` (``stall``, ``garbage`` or ``drop``).
+    """The body of a request that suffers ``action`` (``stall``, ``garbage``, ``drop`` or
+    ``endless``).
 
     A streamed response sends its first chunk intact, then stalls until the server shuts down,
-    sends an event that is not JSON, or ends the connection (``DROP``); a whole response stalls,
-    comes back as broken JSON, or is cut off half way.
+    sends an event that is not JSON, ends the connection (``DROP``), or sends one line that never
+    ends; a whole response stalls, comes back as broken JSON, or is cut off half way (``endless``
+    sends a whole response intact).
     """
     first = await anext(chunks, b"")
     cancel()
@@ -158,6 +177,13 @@ async def inject_fault(
         if streaming:
             yield first
         await closed.wait()
+    elif action == "endless":
+        yield first
+        if streaming:
+            yield b"data: "
+            while not closed.is_set():  # until the client goes away (the reply is cancelled)
+                yield ENDLESS_PIECE
+                await asyncio.sleep(0)
     elif action == "garbage":
         if streaming:
             yield first

@@ -2,9 +2,12 @@
 
 :func:`load_document` parses with PyYAML's safe loader, walks the composed node tree and records,
 for every mapping key and sequence item, the line it sits on, keyed by its path
-(``parameters.speculative_eagle_topk.choices[2]``). Duplicate keys are refused. :class:`Section`
-is a read view of one mapping in that document whose errors name the file, the line and the key
-path, and list the allowed keys (with the closest match) when a key is unknown.
+(``parameters.speculative_eagle_topk.choices[2]``). Duplicate keys are refused, and so is input
+that would exhaust memory or the stack: a text over :data:`MAX_TEXT_CHARS`, nesting deeper than
+:data:`MAX_DEPTH`, more than :data:`MAX_NODES` values written out, or aliases that expand to more
+than :data:`MAX_EXPANDED` values (a "billion laughs" is refused before it is expanded).
+:class:`Section` is a read view of one mapping in that document whose errors name the file, the
+line and the key path, and list the allowed keys (with the closest match) when a key is unknown.
 """
 
 from __future__ import annotations
@@ -22,6 +25,17 @@ from autotune._errors import ConfigError
 Path_ = tuple[Any, ...]
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
+#: The largest YAML text read (characters): a space file is a few kilobytes.
+MAX_TEXT_CHARS = 1024 * 1024
+#: The deepest nesting of mappings and lists.
+MAX_DEPTH = 64
+#: The most values (scalars, mappings, lists, aliases) a file may write out.
+MAX_NODES = 50_000
+#: The most values the file may stand for once its aliases are expanded.
+MAX_EXPANDED = 50_000
+#: The longest string a key of a space file may hold (``description`` has its own bound).
+MAX_STRING_CHARS = 4096
+
 
 def format_path(path: Path_) -> str:
     """``("parameters", "x", "choices", 2)`` as ``parameters.x.choices[2]``."""
@@ -30,7 +44,10 @@ def format_path(path: Path_) -> str:
         if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            text = str(part)
+            if not text.isprintable() or len(text) > 80:
+                text = repr(text[:80])[1:-1] + ("..." if len(text) > 80 else "")
+            out += f".{text}" if out else text
     return out
 
 
@@ -87,8 +104,10 @@ def load_document(text: str, *, source: str) -> Document:
     """Parse ``text`` as YAML, recording the line of every key and item.
 
     Raises:
-        ConfigError: malformed YAML (with its line and column), a duplicate key, a recursive alias.
+        ConfigError: malformed YAML (with its line and column), a duplicate key, a recursive alias,
+            or a text beyond the limits of the module docstring.
     """
+    check_size(text, source=source)
     fast = getattr(yaml, "CSafeLoader", None)
     if fast is not None:
         try:
@@ -115,7 +134,76 @@ def load_document(text: str, *, source: str) -> Document:
         raise ConfigError(f"not valid YAML: {e}", source=source) from e
 
 
+def check_size(text: str, *, source: str, what: str = "file") -> None:
+    """Refuse a text longer than :data:`MAX_TEXT_CHARS` before parsing it."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise ConfigError(
+            f"the {what} is more than {MAX_TEXT_CHARS:,} characters long, the most that is read",
+            source=source,
+            location="1",
+            hint="a space file is a few kilobytes: is this the right file?",
+        )
+
+
+def safe_data(text: str, *, source: str) -> Any:
+    """``text`` as plain data, under the same limits as :func:`load_document` (no line table).
+
+    For YAML files other than space files (workloads): an empty file is ``None``.
+    """
+    check_size(text, source=source)
+    _scan(yaml.SafeLoader, text, source)
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        return None if node is None else _Builder(loader, source, {}).build(node, (), frozenset())
+    finally:
+        loader.dispose()
+
+
+def _scan(loader_class: Any, text: str, source: str) -> None:
+    """Walk the parser's events (no tree is built) and refuse depth and size beyond the limits.
+
+    The parser is a state machine, so this pass cannot exhaust the stack however deep the text
+    nests; the composer and the builder, which recurse, only see what passed.
+    """
+    loader = loader_class(text)
+    depth = nodes = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                nodes += 1
+                if depth > MAX_DEPTH:
+                    raise _limit(
+                        f"nesting deeper than {MAX_DEPTH} levels",
+                        event,
+                        source,
+                        "a space file nests a few levels; flatten the structure",
+                    )
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+            elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+                nodes += 1
+            if nodes > MAX_NODES:
+                raise _limit(
+                    f"more than {MAX_NODES:,} values",
+                    event,
+                    source,
+                    "a space file holds a few hundred values at most: is this the right file?",
+                )
+    finally:
+        loader.dispose()
+
+
+def _limit(problem: str, event: Any, source: str, hint: str) -> ConfigError:
+    mark = getattr(event, "start_mark", None)
+    location = "1" if mark is None else f"{mark.line + 1}:{mark.column + 1}"
+    return ConfigError(f"refused: {problem}", source=source, location=location, hint=hint)
+
+
 def _load(loader_class: Any, text: str, source: str) -> Document:
+    _scan(loader_class, text, source)
     loader = loader_class(text)
     lines: dict[str, int] = {}
     try:
@@ -134,14 +222,25 @@ def _load(loader_class: Any, text: str, source: str) -> Document:
 
 
 class _Builder:
-    def __init__(self, loader: Any, source: str, lines: dict[str, int]) -> None:
+    def __init__(
+        self, loader: Any, source: str, lines: dict[str, int], built: list[int] | None = None
+    ) -> None:
         self.loader = loader
         self.source = source
         self.lines = lines
+        self.built = [0] if built is None else built  # shared with the builders of merges
 
     def build(self, node: yaml.Node, path: Path_, stack: frozenset[int]) -> Any:
         if id(node) in stack:
             raise self._error("an alias refers to itself", node, path)
+        self.built[0] += 1
+        if self.built[0] > MAX_EXPANDED:
+            raise self._error(
+                f"refused: the aliases (*name) expand to more than {MAX_EXPANDED:,} values",
+                node,
+                path,
+                hint="write the values out, or use fewer aliases of aliases",
+            )
         stack = stack | {id(node)}
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path, stack)
@@ -151,7 +250,20 @@ class _Builder:
                 self.lines[format_path((*path, i))] = item.start_mark.line + 1
                 out.append(self.build(item, (*path, i), stack))
             return out
-        return self.loader.construct_object(node, deep=True)
+        return self._scalar(node, path)
+
+    def _scalar(self, node: yaml.Node, path: Path_) -> Any:
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except (ValueError, OverflowError, TypeError) as e:
+            # e.g. an integer of more than 4300 digits, a date such as 2024-13-45
+            text = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise self._error(
+                f"cannot read the value {_excerpt(str(node.value))}: {text}",
+                node,
+                path,
+                hint="quote it to keep it as text, or write a smaller number",
+            ) from None
 
     def _mapping(
         self, node: yaml.MappingNode, path: Path_, stack: frozenset[int]
@@ -165,7 +277,7 @@ class _Builder:
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
                 raise self._error("a key must be a plain name", key_node, path)
-            key = self.loader.construct_object(key_node, deep=True)
+            key = self._scalar(key_node, path)
             line = key_node.start_mark.line + 1
             if key in first_line:
                 raise self._error(
@@ -182,7 +294,7 @@ class _Builder:
             for src in sources:
                 if not isinstance(src, yaml.MappingNode):
                     raise self._error("a merge key (<<) must refer to a mapping", src, path)
-                scratch = _Builder(self.loader, self.source, {})
+                scratch = _Builder(self.loader, self.source, {}, self.built)
                 for key, value in scratch._mapping(src, path, stack).items():
                     if key in out:
                         continue  # a key written out beside the merge wins
@@ -222,7 +334,9 @@ class Section:
         allowed = list(allowed)
         for key in self.data:
             if key not in allowed:
-                raise self.error(f"unknown {what} {key!r}", key, hint=suggest(str(key), allowed))
+                raise self.error(
+                    f"unknown {what} {_excerpt(key)}", key, hint=suggest(str(key)[:200], allowed)
+                )
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.data.get(key, default)
@@ -241,14 +355,26 @@ class Section:
             raise self.error(f"must be a mapping, got {_kind(raw)}", key)
         return Section(self.doc, (*self.path, key), raw)
 
-    def string(self, key: str, default: str | None = None) -> Any:
+    def string(self, key: str, default: str | None = None, *, limit: int = MAX_STRING_CHARS) -> Any:
         """A non-empty string; ``None`` when absent (or null) and there is no default."""
         raw = self.data.get(key, default)
         if raw is None and default is None:
             return None
         if not isinstance(raw, str) or not raw:
             hint = "quote it in the file" if isinstance(raw, (int, float)) else None
-            raise self.error(f"must be a non-empty string, got {raw!r}", key, hint=hint)
+            raise self.error(f"must be a non-empty string, got {_excerpt(raw)}", key, hint=hint)
+        return self.checked_text(raw, key, limit=limit)
+
+    def checked_text(self, raw: str, key: Any, *, limit: int = MAX_STRING_CHARS) -> str:
+        """``raw`` if it has no NUL character and at most ``limit`` characters."""
+        if "\x00" in raw:
+            raise self.error(
+                f"contains a NUL character: {_excerpt(raw)}",
+                key,
+                hint="a NUL cannot be passed to a program (arguments and environment)",
+            )
+        if len(raw) > limit:
+            raise self.error(f"is {len(raw):,} characters long; at most {limit:,} are allowed", key)
         return raw
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -267,11 +393,22 @@ class Section:
             raise self.error(f"must be an integer, got {raw!r}", key)
         if raw < minimum or (maximum is not None and raw > maximum):
             top = "" if maximum is None else f" and <= {maximum}"
-            raise self.error(f"must be >= {minimum}{top}, got {raw}", key)
+            raise self.error(f"must be >= {minimum}{top}, got {_excerpt(raw)}", key)
         return raw
 
-    def number(self, key: str, default: float | None, *, positive: bool = False) -> Any:
-        """A finite number: > 0 with ``positive``, else >= 0; ``None`` if absent, no default."""
+    def number(
+        self,
+        key: str,
+        default: float | None,
+        *,
+        positive: bool = False,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> Any:
+        """A finite number: > 0 with ``positive``, else >= 0; ``None`` if absent, no default.
+
+        ``minimum`` and ``maximum`` bound it further (inclusive).
+        """
         raw = self.data.get(key, default)
         if raw is None and default is None:
             return None
@@ -282,6 +419,11 @@ class Section:
             raise self.error(f"must be a positive number, got {raw!r}", key)
         if not positive and value < 0:
             raise self.error(f"must be >= 0, got {raw!r}", key)
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            low = "" if minimum is None else f">= {minimum:g}"
+            high = "" if maximum is None else f"<= {maximum:g}"
+            both = " and ".join(x for x in (low, high) if x)
+            raise self.error(f"must be {both}, got {raw!r}", key)
         return value
 
     def strings(self, key: str) -> tuple[str, ...]:
@@ -295,9 +437,11 @@ class Section:
         for i, item in enumerate(raw):
             if isinstance(item, bool) or not isinstance(item, (str, int, float)):
                 raise self.doc.error(
-                    f"must be a string, got {item!r}", (*self.path, key, i), hint="quote it"
+                    f"must be a string, got {_excerpt(item)}", (*self.path, key, i), hint="quote it"
                 )
-            out.append(str(item))
+            text = str(item)
+            Section(self.doc, (*self.path, key), {}).checked_text(text, i)
+            out.append(text)
         return tuple(out)
 
 
@@ -328,6 +472,12 @@ def suggest(key: str, allowed: Iterable[str]) -> str:
     return f"{head}allowed: {', '.join(allowed)}"
 
 
+def _excerpt(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to about ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing"
@@ -335,4 +485,4 @@ def _kind(value: Any) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return repr(value)
+    return _excerpt(value)

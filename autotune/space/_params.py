@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._errors import ConfigError
 from autotune._knobs import ALLREDUCE_MODES, ServerConfig
-from autotune.space._loader import Section, as_number, number_hint, suggest
+from autotune.space._loader import MAX_STRING_CHARS, Section, as_number, number_hint, suggest
 
 if TYPE_CHECKING:
     import optuna
@@ -29,6 +29,10 @@ _KEYS = {
 }
 #: Knobs a space may not tune or fix: ``engine.tp_size`` decides the tensor-parallel size.
 ENGINE_KNOBS = ("tp_size",)
+#: The largest magnitude of a knob's value, bound or step (no knob of SGLang goes near it).
+MAX_MAGNITUDE = 10**9
+#: The most values one stepped range may hold (its grid is listed by ``values``).
+MAX_VALUES = 1_000_000
 
 
 def knob_kind(knob: str) -> str:
@@ -187,6 +191,13 @@ def parse_param(
         )
     log = sec.boolean("log", False)
     step = _parse_step(sec, kind, low, high, log)
+    if kind == "int" and step is not None and (high - low) // step + 1 > MAX_VALUES:
+        raise sec.error(
+            f"the range {_show(low)}..{_show(high)} holds {(high - low) // step + 1:,.0f} "
+            f"whole numbers; at most {MAX_VALUES:,} are allowed",
+            "high",
+            hint="narrow the range or give a larger step",
+        )
     if log and low <= 0:
         raise sec.error(f"a log range needs low > 0, got {_show(low)}", "low")
     return ParamSpec(name, kind, low=low, high=high, step=step, log=log, when=when)
@@ -219,11 +230,11 @@ def _kind_of(sec: Section, name: str) -> str:
 def _bound(sec: Section, name: str, kind: str, key: str) -> float:
     raw = sec.get(key)
     if kind == "int" and (isinstance(raw, bool) or not isinstance(raw, int)):
-        raise sec.error(f"must be an integer, got {raw!r}", key)
+        raise sec.error(f"must be an integer, got {_show_raw(raw)}", key)
+    _coerce_at(sec, key, name, raw)  # range first: int(1e30) would not fit a float
     value = as_number(raw)
     if value is None:
-        raise sec.error(f"must be a number, got {raw!r}", key, hint=number_hint(raw))
-    _coerce_at(sec, key, name, raw)
+        raise sec.error(f"must be a number, got {_show_raw(raw)}", key, hint=number_hint(raw))
     return int(raw) if kind == "int" else value
 
 
@@ -232,13 +243,25 @@ def _parse_step(sec: Section, kind: str, low: float, high: float, log: bool) -> 
     if raw is None:
         return 1 if kind == "int" else None
     if kind == "int" and (isinstance(raw, bool) or not isinstance(raw, int)):
-        raise sec.error(f"must be an integer, got {raw!r}", "step")
+        raise sec.error(f"must be an integer, got {_show_raw(raw)}", "step")
+    problem = value_problem(raw)
+    if problem is not None:
+        raise sec.error(problem[0], "step", hint=problem[1])
     step = as_number(raw)
     if step is None or step <= 0:
-        raise sec.error(f"must be a positive number, got {raw!r}", "step", hint=number_hint(raw))
+        raise sec.error(
+            f"must be a positive number, got {_show_raw(raw)}", "step", hint=number_hint(raw)
+        )
     if log and (kind == "float" or step != 1):
         raise sec.error("step and log: true cannot be combined", "step", hint="drop one of them")
     n = (high - low) / step
+    if n + 1 > MAX_VALUES:
+        raise sec.error(
+            f"the range {_show(low)}..{_show(high)} step {_show(step)} holds {n + 1:,.0f} values; "
+            f"at most {MAX_VALUES:,} are allowed",
+            "step",
+            hint="use a larger step, a narrower range, or log: true",
+        )
     if abs(n - round(n)) > 1e-6 * max(1.0, n):
         below = low + math.floor(n) * step
         above = low + math.ceil(n) * step
@@ -338,11 +361,48 @@ def _parse_when(
 
 
 def _coerce_at(sec: Section, key: Any, knob: str, raw: Any) -> Any:
+    path = (*sec.path, *key) if isinstance(key, tuple) else (*sec.path, key)
+    problem = value_problem(raw)
+    if problem is not None:
+        raise sec.doc.error(problem[0], path, hint=problem[1])
     try:
         return coerce_knob(knob, raw)
     except ConfigError as e:
-        path = (*sec.path, *key) if isinstance(key, tuple) else (*sec.path, key)
         raise sec.doc.error(e.message, path, hint=e.hint) from None
+
+
+def value_problem(raw: Any) -> tuple[str, str] | None:
+    """Why ``raw`` cannot be a knob's value whatever the knob (message, hint), or None.
+
+    Numbers must be finite and within :data:`MAX_MAGNITUDE`; text must have no NUL character
+    and at most :data:`~autotune.space._loader.MAX_STRING_CHARS` characters.
+    """
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, (int, float)):
+        if isinstance(raw, float) and not math.isfinite(raw):
+            return f"must be a finite number, got {raw!r}", "write a number such as 0.85"
+        if abs(raw) > MAX_MAGNITUDE:
+            text = f"{raw:.3g}" if abs(raw) < 1e300 else "an enormous number"
+            return (
+                f"{text} is out of range: a knob's value is at most {MAX_MAGNITUDE:,} in size",
+                "write the value the server should use",
+            )
+        return None
+    if isinstance(raw, str):
+        if "\x00" in raw:
+            return "contains a NUL character", "a NUL cannot be passed to a program"
+        if len(raw) > MAX_STRING_CHARS:
+            return (
+                f"is {len(raw):,} characters long; at most {MAX_STRING_CHARS:,} are allowed",
+                "write the value the server should use",
+            )
+    return None
+
+
+def _show_raw(raw: Any) -> str:
+    text = repr(raw)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def _show(value: Any) -> str:

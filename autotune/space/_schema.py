@@ -7,6 +7,7 @@ The format is documented in ``search_spaces/README.md``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -18,19 +19,45 @@ from autotune._errors import ConfigError
 from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
 from autotune.bench._workload import WorkloadSpec
 from autotune.engines._spec import ENGINE_KINDS, EngineSpec, SimOptions, Timeouts
-from autotune.space._loader import Document, Section, load_document, suggest
-from autotune.space._params import ENGINE_KNOBS, ParamSpec, coerce_knob, parse_param
+from autotune.space._loader import MAX_TEXT_CHARS, Document, Section, load_document, suggest
+from autotune.space._params import (
+    ENGINE_KNOBS,
+    ParamSpec,
+    coerce_knob,
+    parse_param,
+    value_problem,
+)
 from autotune.space._rules import check_rules, check_shape
-from autotune.space._space import SearchSpace, parse_objective
+from autotune.space._space import MAX_DESCRIPTION_CHARS, SearchSpace, parse_objective
 
 _TOP = ("name", "description", "engine", "workload", "objective", "fixed", "parameters", "enqueue")
 _ENGINE = (
     *("kind", "model_path", "draft_model_path", "tp_size", "host", "port", "python"),
     *("launch_prefix", "extra_args", "env", "sglang_version", "check_paths", "timeouts", "sim"),
+    "expose",
 )
 _TIMEOUTS = ("startup_s", "benchmark_s", "request_s", "stop_s", "gpu_release_s")
 _SIM = ("profile", "dialect", "time_scale", "noise", "seed", "faults")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: The longest study name (it names files: NAME.db, NAME-artifacts/).
+MAX_NAME_CHARS = 100
+#: A POSIX environment variable name.
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The largest tensor-parallel size accepted (a node has at most a few dozen GPUs).
+MAX_TP_SIZE = 256
+#: The longest timeout (seconds): a week.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+#: Bounds of the simulator's time scale (1 runs in real time; tests use 0.005).
+SIM_TIME_SCALE = (1e-4, 100.0)
+#: The largest seed (the samplers and the simulator take 32-bit seeds).
+MAX_SEED = 2**32 - 1
+#: Workload bounds: token lengths, prompts, concurrency, repeats.
+MAX_TOKENS = 2_000_000
+#: The most prompt tokens one benchmark run may plan (length x prompts).
+MAX_TOTAL_TOKENS = 10**9
+MAX_PROMPTS = 10**6
+MAX_CONCURRENCY = 100_000
+MAX_REPEATS = 1000
 #: SGLang flags autotune sets itself, and the key of the space file that decides each.
 _OWNED_FLAGS = {
     "--model-path": "engine.model_path",
@@ -66,7 +93,8 @@ def load_space(path: str | os.PathLike[str]) -> SearchSpace:
     file = Path(source).expanduser()
     hint = "the spaces shipped with autotune are in search_spaces/"
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open(encoding="utf-8") as f:
+            text = f.read(MAX_TEXT_CHARS + 1)  # load_document refuses a longer text
     except FileNotFoundError as e:
         raise ConfigError("space file does not exist", source=source, hint=hint) from e
     except IsADirectoryError as e:
@@ -75,6 +103,8 @@ def load_space(path: str | os.PathLike[str]) -> SearchSpace:
         raise ConfigError(f"not UTF-8 text ({e.reason})", source=source) from e
     except OSError as e:
         raise ConfigError(f"cannot read the space file: {e.strerror}", source=source) from e
+    except ValueError as e:  # a NUL in the path
+        raise ConfigError(f"cannot read the space file: {e}", hint=hint) from e
     return parse_space(text, source=source, base_dir=file.resolve().parent)
 
 
@@ -104,20 +134,22 @@ def parse_space(
         parameters=params,
         baseline=_parse_baseline(enqueue),
         enqueued=_parse_enqueued(enqueue, fixed, params, engine.tp_size),
-        description=root.string("description"),
+        description=root.string("description", limit=MAX_DESCRIPTION_CHARS),
     )
 
 
 def _parse_name(root: Section, source: str) -> str:
     if "name" not in root:
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(source).stem).strip("-._")
-        return name or "space"
+        return name[:MAX_NAME_CHARS].strip("-._") or "space"
     name = str(root.string("name"))
-    if not _NAME.match(name):
+    if not _NAME.match(name) or len(name) > MAX_NAME_CHARS:
+        shown = name if len(name) <= 60 else name[:60] + "..."
         raise root.error(
-            f"{name!r} is not a usable study name",
+            f"{shown!r} is not a usable study name",
             "name",
-            hint="use letters, digits, '.', '_' and '-', starting with a letter or digit",
+            hint="use letters, digits, '.', '_' and '-', starting with a letter or digit, "
+            f"at most {MAX_NAME_CHARS} characters",
         )
     return name
 
@@ -163,6 +195,9 @@ def _check_knob(sec: Section, knob: Any) -> None:
 
 
 def _value(sec: Section, key: Any, knob: str, raw: Any) -> Any:
+    problem = value_problem(raw)
+    if problem is not None:
+        raise sec.error(problem[0], key, hint=problem[1])
     try:
         return coerce_knob(knob, raw)
     except ConfigError as e:
@@ -193,8 +228,17 @@ def _parse_engine(sec: Section, base: Path) -> EngineSpec:
     for key, raw in env.data.items():
         if not isinstance(key, str) or isinstance(raw, (bool, list, dict)) or raw is None:
             raise env.error(
-                f"must be NAME: text, got {key!r}: {raw!r}", key, hint="quote the value"
+                f"must be NAME: text, got {_excerpt(key)}: {_excerpt(raw)}",
+                key,
+                hint="quote the value",
             )
+        if not _ENV_NAME.match(key):
+            raise env.error(
+                f"{_excerpt(key)} is not a usable environment variable name",
+                key,
+                hint="use letters, digits and '_', not starting with a digit (no '=', no NUL)",
+            )
+        env.checked_text(str(raw), key)
         if key == "NCCL_ALGO":
             raise env.error(
                 "NCCL_ALGO is set by the allreduce knob",
@@ -203,22 +247,17 @@ def _parse_engine(sec: Section, base: Path) -> EngineSpec:
             )
         env_out[key] = str(raw)
     extra = sec.strings("extra_args")
-    for i, arg in enumerate(extra):
-        owner = _OWNED_FLAGS.get(arg.split("=", 1)[0])
-        if owner is not None:
-            where = "under fixed: or parameters:" if "." not in owner else "in the space file"
-            raise sec.doc.error(
-                f"extra_args sets {arg.split('=', 1)[0]}, which autotune sets from {owner}",
-                (*sec.path, "extra_args", i),
-                hint=f"set {owner} {where} instead",
-            )
+    _check_extra_args(sec, extra)
+    host, expose = _parse_host(sec)
     version = sec.string("sglang_version")
+    tp_size = sec.integer("tp_size", 1, minimum=1, maximum=MAX_TP_SIZE)
     return EngineSpec(
         kind=kind,
         model_path=model,
         draft_model_path=draft,
-        tp_size=sec.integer("tp_size", 1, minimum=1),
-        host=sec.string("host", "127.0.0.1"),
+        tp_size=tp_size,
+        host=host,
+        expose=expose,
         port=sec.integer("port", 30000, minimum=1, maximum=65535),
         python=python,
         launch_prefix=prefix,
@@ -227,8 +266,90 @@ def _parse_engine(sec: Section, base: Path) -> EngineSpec:
         sglang_version=version,
         check_paths=sec.boolean("check_paths", True),
         timeouts=_parse_timeouts(sec.section("timeouts")),
-        sim=_parse_sim(sec.section("sim")),
+        sim=_parse_sim(sec.section("sim"), kind=kind, tp_size=tp_size),
     )
+
+
+def owned_flag(arg: str) -> tuple[str, str] | None:
+    """The flag autotune sets that ``arg`` (``--name`` or ``--name=value``) would set, and the
+    key of the space that decides it; None for any other word.
+
+    argparse (SGLang's and the simulated server's parser) accepts any unambiguous prefix of a
+    flag (``--hos`` is ``--host``), so a word that is not exactly a known flag of its own and is
+    a prefix of an owned flag counts as that flag.
+    """
+    name = arg.split("=", 1)[0]
+    if not name.startswith("--") or len(name) <= 2:
+        return None
+    if name in _OWNED_FLAGS:
+        return name, _OWNED_FLAGS[name]
+    if name in _known_flags():
+        return None
+    hits = sorted(flag for flag in _OWNED_FLAGS if flag.startswith(name))
+    return (hits[0], _OWNED_FLAGS[hits[0]]) if hits else None
+
+
+def _known_flags() -> frozenset[str]:
+    from autotune.engines._dialects import emitted_flags
+
+    return frozenset(emitted_flags())
+
+
+def _check_extra_args(sec: Section, extra: tuple[str, ...]) -> None:
+    for i, arg in enumerate(extra):
+        found = owned_flag(arg)
+        if found is None:
+            continue
+        flag, owner = found
+        name = arg.split("=", 1)[0]
+        shown = name if name == flag else f"{name} (argparse reads it as {flag})"
+        where = "under fixed: or parameters:" if "." not in owner else "in the space file"
+        raise sec.doc.error(
+            f"extra_args sets {shown}, which autotune sets from {owner}",
+            (*sec.path, "extra_args", i),
+            hint=f"set {owner} {where} instead",
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _parse_host(sec: Section) -> tuple[str, bool]:
+    """``engine.host`` and ``engine.expose``: a loopback address unless exposing is asked for.
+
+    A server listening elsewhere is reachable from other machines (SGLang has no
+    authentication unless ``--api-key`` is given), so ``0.0.0.0``, a LAN address or a host name
+    needs ``engine.expose: true``, and then a warning is printed each time the space is read.
+    """
+    host = sec.string("host", "127.0.0.1")
+    expose = sec.boolean("expose", False)
+    if is_loopback(host):
+        return host, expose
+    if not expose:
+        raise sec.error(
+            f"host {host!r} is not a loopback address: the server would be reachable from "
+            "other machines",
+            "host",
+            hint="keep host: 127.0.0.1, or add expose: true to the engine section to listen "
+            "on it on purpose",
+        )
+    import sys
+
+    where = f"{sec.doc.source}:{sec.doc.where((*sec.path, 'host'))}"
+    sys.stderr.write(
+        f"autotune: warning: {where}: the server will listen on {host} (engine.expose: true), "
+        "reachable from other machines\n"
+    )
+    return host, expose
 
 
 def _local_dir(sec: Section, key: str, raw: str, base: Path) -> str:
@@ -265,20 +386,31 @@ def _interpreter(sec: Section, raw: str, base: Path, check: bool) -> str:
 def _parse_timeouts(sec: Section) -> Timeouts:
     sec.check_keys(_TIMEOUTS)
     defaults = Timeouts()
-    return Timeouts(**{k: sec.number(k, getattr(defaults, k), positive=True) for k in _TIMEOUTS})
+    return Timeouts(
+        **{
+            k: sec.number(k, getattr(defaults, k), positive=True, maximum=MAX_TIMEOUT_S)
+            for k in _TIMEOUTS
+        }
+    )
 
 
-def _parse_sim(sec: Section) -> SimOptions:
+def _parse_sim(sec: Section, *, kind: str = "sim", tp_size: int = 1) -> SimOptions:
     sec.check_keys(_SIM)
     d = SimOptions()
-    return SimOptions(
+    low, high = SIM_TIME_SCALE
+    options = SimOptions(
         profile=sec.string("profile", d.profile),
         dialect=sec.string("dialect", d.dialect),
-        time_scale=sec.number("time_scale", d.time_scale, positive=True),
-        noise=sec.number("noise", d.noise),
-        seed=sec.integer("seed", None, minimum=0),
+        time_scale=sec.number("time_scale", d.time_scale, minimum=low, maximum=high),
+        noise=sec.number("noise", d.noise, maximum=1.0),
+        seed=sec.integer("seed", None, minimum=0, maximum=MAX_SEED),
         faults=sec.strings("faults"),
     )
+    if kind == "sim":
+        from autotune.engines._sim import check_sim_options
+
+        check_sim_options(options, sec, tp_size=tp_size)
+    return options
 
 
 def _parse_workload(doc: Document, root: Section, base: Path) -> WorkloadSpec:
@@ -286,9 +418,59 @@ def _parse_workload(doc: Document, root: Section, base: Path) -> WorkloadSpec:
     if raw is None:
         return WorkloadSpec()
     try:
-        return WorkloadSpec.from_mapping(raw, source=doc.source, location="workload", base_dir=base)
+        spec = WorkloadSpec.from_mapping(raw, source=doc.source, location="workload", base_dir=base)
+        check_workload(spec, source=doc.source, location="workload")
     except ConfigError as e:
         raise doc.relocate(e) from None
+    return spec
+
+
+def check_workload(spec: WorkloadSpec, *, source: str, location: str = "workload") -> None:
+    """Refuse a workload whose sizes would exhaust memory or never end (bounds above)."""
+
+    def over(key: str, value: float | None, limit: float) -> None:
+        if value is not None and value > limit:
+            raise ConfigError(
+                f"{value:,.0f} is too large: at most {limit:,.0f}",
+                source=source,
+                location=f"{location}.{key}",
+                hint="a benchmark workload this size could not be generated or run",
+            )
+
+    for key in ("input_len", "output_len"):
+        dist = getattr(spec, key)
+        over(f"{key}.mean" if dist.distribution != "fixed" else key, dist.mean, MAX_TOKENS)
+        over(f"{key}.max", dist.maximum, MAX_TOKENS)
+        over(f"{key}.min", dist.minimum, MAX_TOKENS)
+        if not math.isfinite(dist.spread) or dist.spread > 10:
+            raise ConfigError(
+                f"spread {dist.spread!r} is out of range: at most 10",
+                source=source,
+                location=f"{location}.{key}.spread",
+            )
+    over("num_prompts", spec.num_prompts, MAX_PROMPTS)
+    planned = (spec.num_prompts + spec.warmup) * (spec.input_len.maximum or spec.input_len.mean)
+    if planned > MAX_TOTAL_TOKENS:
+        raise ConfigError(
+            f"{spec.num_prompts + spec.warmup:,} prompts of {spec.input_len.mean:,} tokens are "
+            f"{planned:,} prompt tokens; at most {MAX_TOTAL_TOKENS:,} per run",
+            source=source,
+            location=f"{location}.num_prompts",
+            hint="use fewer prompts or shorter inputs",
+        )
+    over("warmup", spec.warmup, MAX_PROMPTS)
+    over("concurrency", spec.concurrency, MAX_CONCURRENCY)
+    over("repeats", getattr(spec, "repeats", None), MAX_REPEATS)
+    over("seed", getattr(spec, "seed", None), MAX_SEED)
+    for key in ("request_rate", "temperature"):
+        value = getattr(spec, key, None)
+        if value is not None and not math.isfinite(value):
+            raise ConfigError(
+                f"must be a finite number, got {value!r}",
+                source=source,
+                location=f"{location}.{key}",
+            )
+    over("temperature", getattr(spec, "temperature", None), 100)
 
 
 def _parse_baseline(sec: Section) -> dict[str, Any] | None:
@@ -372,3 +554,8 @@ def _enqueued(
             hint="change the config to one SGLang runs as given, or drop it",
         )
     return values
+
+
+def _excerpt(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -14,7 +14,7 @@ from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
 from autotune.bench._workload import WorkloadSpec
 from autotune.engines._spec import EngineSpec
 from autotune.space._loader import Section, suggest
-from autotune.space._params import ParamSpec
+from autotune.space._params import ParamSpec, same_value
 
 if TYPE_CHECKING:
     import optuna
@@ -33,6 +33,9 @@ METRICS: Mapping[str, str] = {
 }
 SCORES = ("median", "conservative")
 _FINGERPRINT_VERSION = 1
+#: The longest description a space may carry, and the part of it a summary shows.
+MAX_DESCRIPTION_CHARS = 20_000
+SHOWN_DESCRIPTION_CHARS = 2_000
 
 
 @dataclass(frozen=True)
@@ -201,12 +204,24 @@ class SearchSpace:
             if param.name not in referenced:
                 rest = count(i + 1, chosen)
                 return None if rest is None else len(values) * rest
+            # Later parameters only ask whether this value is one their ``when`` lists: the
+            # values no condition names behave alike and are counted once (a long int range).
+            named = [v for p in self.parameters if p.when for v in p.when.get(param.name, ())]
             total = 0
+            alike = 0
             for value in values:
+                if not any(same_value(value, v) for v in named):
+                    alike += 1
+                    if alike > 1:
+                        continue
                 sub = count(i + 1, {**chosen, param.name: value})
                 if sub is None:
                     return None
                 total += sub
+            if alike > 1:
+                unnamed = next(v for v in values if not any(same_value(v, n) for n in named))
+                sub = count(i + 1, {**chosen, param.name: unnamed})
+                total += (alike - 1) * (sub or 0)
             return total
 
         return count(0, {})
@@ -216,11 +231,10 @@ class SearchSpace:
         e, w = self.engine, self.workload
         lines = [f"space {self.name} ({self.source})"]
         if self.description:
-            lines.append(
-                textwrap.fill(
-                    self.description.strip(), 96, initial_indent="  ", subsequent_indent="  "
-                )
-            )
+            text = self.description.strip()
+            if len(text) > SHOWN_DESCRIPTION_CHARS:  # wrapping is slow on a long text
+                text = text[:SHOWN_DESCRIPTION_CHARS] + " [...]"
+            lines.append(textwrap.fill(text, 96, initial_indent="  ", subsequent_indent="  "))
         engine = f"engine:     {e.kind}"
         if e.kind == "sim":
             engine += f" (profile {e.sim.profile}, SGLang {e.sim.dialect} flags)"

@@ -15,11 +15,15 @@ unrun, so the study ends with exactly the requested number of finished trials.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -34,6 +38,9 @@ if TYPE_CHECKING:
     import optuna
 
 log = logging.getLogger("autotune.study")
+
+#: System attribute of an interrupted trial: the number of its re-run (queued before it failed).
+SYS_RERUN = "autotune:rerun"
 
 #: A RUNNING trial without a tuner record is a worker's trial between its creation and the
 #: record (milliseconds); one that stays like that longer than this lost its tuner.
@@ -54,9 +61,20 @@ def tuner_alive(record: Any) -> bool:
         return True  # another machine's worker: it cannot be checked from here
     try:
         proc = psutil.Process(int(record["pid"]))
-        return abs(proc.create_time() - float(record["create_time"])) < 0.01
+        if abs(proc.create_time() - float(record["create_time"])) >= 0.01:
+            return False  # the pid now belongs to another process
+        return proc.status() != psutil.STATUS_ZOMBIE  # killed, not yet reaped by its parent
     except (psutil.Error, KeyError, ValueError, TypeError):
         return False
+
+
+def dead_here(record: Any) -> bool:
+    """Whether ``record`` names a tuner of this host that is verifiably gone."""
+    return (
+        isinstance(record, dict)
+        and record.get("host") == socket.gethostname()
+        and not tuner_alive(record)
+    )
 
 
 def held_by_live_tuner(trial: optuna.trial.FrozenTrial, timeouts: Timeouts | None = None) -> bool:
@@ -150,58 +168,152 @@ def claim(study: optuna.Study, trial_id: int, target: int, timeouts: Timeouts) -
     return False
 
 
-def recover_stale(study: optuna.Study) -> list[Recovered]:
-    """Fail RUNNING trials whose tuner is gone, stop their servers, and queue them again.
+def recover_stale(
+    study: optuna.Study, *, lock: Path | None = None, dead_only: bool = False
+) -> list[Recovered]:
+    """Stop the servers of RUNNING trials whose tuner is gone, queue them again, fail them.
 
     Trials of live tuners (this host: same pid and start time; another host: always) are left
-    alone. A recorded server is stopped only if it is still the same process (pid and start
-    time) or carries its launch's token; a process that merely reuses the pid is never touched.
+    alone; with ``dead_only`` (a live worker watching the others between its trials) only trials
+    whose tuner is verifiably gone on this host are taken, not those without a tuner record. A
+    recorded server is stopped only if it is still the same process (pid and start time) or
+    carries its launch's token; a process that merely reuses the pid is never touched.
+
+    The order survives a kill at any instant: the server is stopped, the re-run is queued (once:
+    a re-run already queued for the trial is found by its ``rerun_of``), the stale trial is marked
+    with the re-run's number, and only then failed. Workers of one host take the file ``lock``
+    (beside the study) while they recover, so two of them never queue one trial twice.
     """
     from optuna.trial import TrialState
 
-    recovered: list[Recovered] = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if held_by_live_tuner(trial):
-            continue
-        stopped = None
-        record = trial.system_attrs.get(SYS_PROCESS)
-        if isinstance(record, dict):
-            try:
-                identity = ProcessIdentity.from_dict(record)
-                stopped = stop_identity(identity, term_timeout_s=10.0, kill_timeout_s=10.0)
-            except StorageError as e:
-                log.warning("trial %d: unreadable process record: %s", trial.number, e)
-        if stopped is not None:
-            log.warning("stopped the server left by interrupted trial %d", trial.number)
-        storage = study._storage
-        retry_locked(partial(storage.set_trial_user_attr, trial._trial_id, "outcome", INTERRUPTED))
-        retry_locked(
-            partial(
-                storage.set_trial_user_attr,
-                trial._trial_id,
-                "failure_line",
-                "the tuner stopped while this trial was running",
-            )
+    def stale() -> list[optuna.trial.FrozenTrial]:
+        running = retry_locked(
+            lambda: study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)), what="read"
         )
+        if dead_only:
+            return [t for t in running if dead_here(t.system_attrs.get(SYS_TUNER))]
+        return [t for t in running if not held_by_live_tuner(t)]
+
+    if not stale():  # the usual case, checked without the lock
+        return []
+    with file_lock(lock):
+        return [_recover(study, trial) for trial in stale()]  # (again: another may have been first)
+
+
+def _recover(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> Recovered:
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    storage = study._storage
+    stopped = None
+    record = trial.system_attrs.get(SYS_PROCESS)
+    if isinstance(record, dict):
+        try:
+            identity = ProcessIdentity.from_dict(record)
+            stopped = stop_identity(identity, term_timeout_s=10.0, kill_timeout_s=10.0)
+        except StorageError as e:
+            log.warning("trial %d: unreadable process record: %s", trial.number, e)
+    if stopped is not None:
+        log.warning("stopped the server left by interrupted trial %d", trial.number)
+    role = str(trial.user_attrs.get("role") or "search")
+    requeue(study, configuration(trial), trial.number, role, trial_id=trial._trial_id)
+    from autotune.study._setup import pause_at
+
+    pause_at("requeued")  # test hook: a kill here must neither lose nor double the re-run
+    for key, value in (
+        ("outcome", INTERRUPTED),
+        ("failure_line", "the tuner stopped while this trial was running"),
+    ):
+        retry_locked(partial(storage.set_trial_user_attr, trial._trial_id, key, value))
+    with contextlib.suppress(UpdateFinishedTrialError):  # another worker failed it meanwhile
         retry_locked(partial(storage.set_trial_state_values, trial._trial_id, TrialState.FAIL))
-        role = str(trial.user_attrs.get("role") or "search")
-        requeue(study, configuration(trial), trial.number, role)
-        recovered.append(Recovered(trial.number, role, stopped is not None))
-    return recovered
+    return Recovered(trial.number, role, stopped is not None)
 
 
-def requeue(study: optuna.Study, params: dict[str, Any], number: int, role: Any) -> None:
-    """Queue an interrupted trial's configuration to run again."""
-    if role == "baseline":
-        retry_locked(
-            lambda: study.enqueue_trial({}, user_attrs={"role": "baseline", SYS_RERUN_OF: number})
+def requeue(
+    study: optuna.Study,
+    params: dict[str, Any],
+    number: int,
+    role: Any,
+    *,
+    trial_id: int | None = None,
+) -> int:
+    """Queue an interrupted trial's configuration to run again (once); the re-run's number.
+
+    A re-run already queued for trial ``number`` (a kill came after queueing it and before the
+    trial was failed) is not queued again. The interrupted trial (``trial_id``) is marked with
+    the re-run's number (``autotune:rerun``). A baseline re-run goes before the other waiting
+    trials: the runner asks for a waiting baseline first (see :func:`waiting_baseline`).
+    """
+    for t in retry_locked(lambda: study.get_trials(deepcopy=False), what="read"):
+        if t.user_attrs.get(SYS_RERUN_OF) == number:
+            rerun = t.number
+            break
+    else:
+        baseline = role == "baseline"
+        attrs: dict[str, Any] = {"role": "baseline" if baseline else "rerun", SYS_RERUN_OF: number}
+        queued = {} if baseline else params
+        retry_locked(partial(study.enqueue_trial, queued, user_attrs=attrs, skip_if_exists=False))
+        rerun = max(
+            t.number
+            for t in retry_locked(lambda: study.get_trials(deepcopy=False), what="read")
+            if t.user_attrs.get(SYS_RERUN_OF) == number
         )
+    if trial_id is not None:
+        retry_locked(partial(study._storage.set_trial_system_attr, trial_id, SYS_RERUN, rerun))
+    return rerun
+
+
+def waiting_baseline(study: optuna.Study) -> int | None:
+    """The id of a WAITING baseline trial queued after other waiting trials (a re-run), if any.
+
+    Optuna pops waiting trials in number order; a baseline re-run is queued last, and the runner
+    takes it first so that the trials after it carry a speed-up.
+    """
+    from optuna.trial import TrialState
+
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    for i, t in enumerate(waiting):
+        if t.user_attrs.get("role") == "baseline":
+            return t._trial_id if i > 0 else None
+    return None
+
+
+@contextlib.contextmanager
+def file_lock(path: Path | None, *, timeout_s: float = 300.0) -> Iterator[None]:
+    """An exclusive lock on ``path`` among this host's tuners (the kernel releases it when its
+    holder is killed); nothing for ``None`` or where locks are not available.
+
+    Raises:
+        StorageError: another tuner held it for ``timeout_s``.
+    """
+    if path is None:
+        yield
         return
-    retry_locked(
-        lambda: study.enqueue_trial(
-            params, user_attrs={"role": "rerun", SYS_RERUN_OF: number}, skip_if_exists=False
-        )
-    )
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StorageError(
+                        f"another tuner has held the study's lock {str(path)!r} for "
+                        f"{timeout_s:.0f} s",
+                        hint="wait for it to finish, or stop it",
+                    ) from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def release_surplus(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -3,6 +3,7 @@ and a debug log file per run whose path is printed when something goes wrong."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -28,7 +29,7 @@ def open_debug_log(folder: Path) -> Path:
     while path.exists():
         path = folder / time.strftime(f"run-%Y%m%d-%H%M%S-{n}.log")
         n += 1
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _DebugLogHandler(path, encoding="utf-8")
     handler.setLevel(logging.DEBUG)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("autotune")
@@ -41,24 +42,52 @@ def close_debug_log(path: Path) -> None:
     root = logging.getLogger("autotune")
     for handler in list(root.handlers):
         if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename) == path:
-            handler.close()
             root.removeHandler(handler)
+            # (the last lines may not flush on a full disk: nothing is left to do about it)
+            with contextlib.suppress(OSError):
+                handler.close()
+
+
+class _DebugLogHandler(logging.FileHandler):
+    """The debug log file; when it cannot be written (a full disk) it goes quiet.
+
+    logging's default prints "--- Logging error ---" and a traceback for every record that
+    fails; on a full disk that buried the one message that says what happened.
+    """
+
+    broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.broken:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            self.broken = True
+            return
+        super().handleError(record)
 
 
 class StudyProgress:
-    """A live line on a terminal (rich), plain lines on stderr otherwise."""
+    """A live line on a terminal (rich), plain lines on stderr otherwise.
 
-    def __init__(self, total: int, *, enabled: bool, title: str) -> None:
+    Everything autotune prints through rich is literal text: trial lines carry role tags such as
+    ``[baseline]`` that rich would otherwise read as markup and drop.
+    """
+
+    def __init__(self, total: int, *, enabled: bool, title: str, console: Any = None) -> None:
         self.total = total
         self.enabled = enabled
         self.title = title
         self._progress: Any = None
         self._task: Any = None
         self.best: str = "-"
+        self._console = console  # a rich Console (tests); stderr's by default
 
     def __enter__(self) -> StudyProgress:
         if self.enabled:
             from rich.console import Console
+            from rich.markup import escape
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -74,12 +103,12 @@ class StudyProgress:
                 TimeElapsedColumn(),
                 TextColumn("{task.fields[phase]}"),
                 TextColumn("best {task.fields[best]}"),
-                console=Console(stderr=True),
+                console=self._console or Console(stderr=True),
                 transient=False,
             )
             self._progress.__enter__()
             self._task = self._progress.add_task(
-                "study", total=self.total, title=self.title, phase="", best=self.best
+                "study", total=self.total, title=escape(self.title), phase="", best=self._best()
             )
         return self
 
@@ -94,14 +123,21 @@ class StudyProgress:
 
     def phase(self, number: int, text: str) -> None:
         if self._progress is not None:
-            self._progress.update(self._task, phase=f"trial {number}: {text}")
+            from rich.markup import escape
+
+            self._progress.update(self._task, phase=escape(f"trial {number}: {text}"))
 
     def finished(self, done: int, line: str, best: str | None = None) -> None:
         if best is not None:
             self.best = best
         if self._progress is not None:
-            self._progress.update(self._task, completed=done, best=self.best, phase="")
-            self._progress.console.print(line, highlight=False)
+            self._progress.update(self._task, completed=done, best=self._best(), phase="")
+            self._progress.console.print(line, markup=False, highlight=False)
         else:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
+
+    def _best(self) -> str:
+        from rich.markup import escape
+
+        return escape(self.best)

@@ -17,12 +17,19 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune._errors import AutotuneError, Interrupted
+from autotune._errors import AutotuneError, Cancelled, Interrupted, StorageError
 from autotune._knobs import ServerConfig
 from autotune.bench import BenchmarkResult
 from autotune.engines import Engine
 from autotune.space import SearchSpace, load_space
-from autotune.study._claims import claim, configuration, count_claims, recover_stale, requeue
+from autotune.study._claims import (
+    claim,
+    configuration,
+    count_claims,
+    recover_stale,
+    requeue,
+    waiting_baseline,
+)
 from autotune.study._feasibility import Feasibility
 from autotune.study._interrupts import Interrupts
 from autotune.study._progress import (
@@ -42,14 +49,19 @@ from autotune.study._sampler import build_sampler
 from autotune.study._setup import (
     StudyOptions,
     create_or_load,
-    enqueue_first,
+    finish_setup,
     make_engine,
+    pause_at,
     set_target,
+    setup_complete,
+    setup_lock,
+    setup_lock_path,
     sglang_command,
 )
 from autotune.study._storage import (
     StudyPaths,
     artifact_store,
+    check_writable,
     retry_locked,
     study_paths,
     upload_artifacts,
@@ -92,9 +104,15 @@ def start_study(options: StudyOptions) -> StudySummary:
         artifacts_dir=options.artifacts_dir,
     )
     engine = make_engine(space)
-    study, space = create_or_load(paths, space, options, resume=False)
-    target = set_target(study, options.n_trials)
-    enqueue_first(study, space, engine, options)
+    # the set-up in an order a kill at any instant leaves usable: the study row, its space
+    # (fingerprint last), the target, the first trials, then the "complete" marker; a `start`
+    # or `resume` after a kill finishes it (see create_or_load). Under the study's lock, so two
+    # simultaneous starts give one study and one "already exists".
+    with setup_lock(paths):
+        study, space = create_or_load(paths, space, options, resume=False)
+        target = set_target(study, options.n_trials)
+        pause_at("target")
+        finish_setup(study, space, engine, options)
     return StudyRunner(study, space, engine, paths, options, target).run()
 
 
@@ -110,7 +128,16 @@ def resume_study(options: StudyOptions) -> StudySummary:
     )
     study, space = create_or_load(paths, None, options, resume=True)
     engine = make_engine(space)
-    target = set_target(study, options.n_trials)
+    target = set_target(study, options.n_trials, more=options.more_trials)
+    if not setup_complete(study):  # its `start` was killed: finish the set-up from its space
+        with setup_lock(paths):
+            if not setup_complete(study):
+                log.warning(
+                    "study %r was left half-created by a stopped `study start`; queueing its "
+                    "first trials",
+                    study.study_name,
+                )
+                finish_setup(study, space, engine, options)
     return StudyRunner(study, space, engine, paths, options, target).run(recover=True)
 
 
@@ -168,16 +195,25 @@ class StudyRunner:
         stopped_by: str | None = None
         try:
             with (
-                self.interrupts.installed(),
+                self.interrupts.installed(linger=True),
                 StudyProgress(
                     self.target,
                     enabled=progress_wanted(self.options.progress),
                     title=self.study.study_name,
                 ) as progress,
             ):
-                for trial in recover_stale(self.study) if recover else []:
+                lock = setup_lock_path(self.paths)
+                for trial in recover_stale(self.study, lock=lock) if recover else []:
                     progress.finished(self.finished_count(), trial.line())
                 while True:
+                    # workers watch each other: the trial of a tuner of this host that died
+                    # (kill -9) has its server stopped and runs again (a baseline first)
+                    for trial in retry_locked(
+                        partial(recover_stale, self.study, lock=lock, dead_only=True), what="read"
+                    ):
+                        progress.finished(self.finished_count(), trial.line())
+                    if self.interrupts.interrupted:  # noticed here, in ordinary code
+                        raise self._between_trials()
                     claims = retry_locked(
                         partial(count_claims, self.study, self.engine.spec.timeouts), what="read"
                     )
@@ -191,22 +227,24 @@ class StudyRunner:
                     ):
                         stopped_by = "timeout"
                         break
+                    # a disk that filled up since the last trial stops the study here, before a
+                    # launch whose log could not be written (it would read as a start-up time-out)
+                    check_writable(self.paths.artifacts_dir, what="artifacts")
                     if self.run_one(progress):
                         ran += 1
                     else:  # another worker asked at the same moment: let one of us go first
-                        time.sleep(random.uniform(0.2, 1.0))
+                        self.interrupts.sleep(random.uniform(0.2, 1.0))
         except Interrupted:
             raise
         except KeyboardInterrupt:  # between trials: nothing was running
-            raise Interrupted(
-                f"stopped by {self.interrupts.signal_name or 'SIGINT'} between trials; continue "
-                f"with `autotune study resume --study-name {self.study.study_name}`"
-            ) from None
+            raise self._between_trials() from None
         except AutotuneError as e:
+            self._stop_on_full_disk(e)
             log.error("study stopped: %s", e)
             e.hint = (e.hint + "; " if e.hint else "") + f"debug log: {debug_log}"
             raise
         except Exception as e:
+            self._stop_on_full_disk(e)
             log.exception("internal error")
             raise AutotuneError(
                 f"the study stopped on an internal error: {type(e).__name__}: {e}",
@@ -225,6 +263,83 @@ class StudyRunner:
             elsewhere,
         )
 
+    def _between_trials(self) -> Interrupted:
+        return Interrupted(
+            f"stopped by {self.interrupts.signal_name or 'SIGINT'} between trials; continue "
+            f"with `autotune study resume --study-name {self.study.study_name}`"
+        )
+
+    def _stop_on_full_disk(self, error: BaseException) -> None:
+        """On a full disk (ENOSPC, SQLite's "database or disk is full"), stop with one message.
+
+        The trial this tuner was running is recorded as interrupted and queued again where the
+        database still takes the writes; where it does not, the trial stays RUNNING under this
+        tuner's identity and ``study resume`` recovers it (the tuner is gone by then). Returns
+        when ``error`` is not a full disk.
+        """
+        from optuna.trial import TrialState
+
+        from autotune.study._claims import tuner_identity
+        from autotune.study._record import SYS_TUNER
+        from autotune.study._storage import disk_full, full_disk_file, full_folder
+
+        if not disk_full(error):
+            return
+        log.error("study stopped: the disk is full: %s", error)
+        me = tuner_identity()
+        recorded: list[int] = []
+        left: list[int] = []
+        try:
+            running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        except Exception:  # the storage cannot even be read: resume will sort it out
+            running = []
+        for trial in running:
+            owner = trial.system_attrs.get(SYS_TUNER)
+            if not isinstance(owner, dict) or (owner.get("host"), owner.get("pid")) != (
+                me["host"],
+                me["pid"],
+            ):
+                continue
+            try:  # the re-run first, then the failure (a kill between leaves both usable)
+                role = str(trial.user_attrs.get("role") or "search")
+                requeue(self.study, configuration(trial), trial.number, role,
+                        trial_id=trial._trial_id)  # fmt: skip
+                storage = self.study._storage
+                storage.set_trial_user_attr(trial._trial_id, "outcome", INTERRUPTED)
+                storage.set_trial_user_attr(
+                    trial._trial_id, "failure_line", "the disk filled up during this trial"
+                )
+                storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+                recorded.append(trial.number)
+            except Exception:
+                left.append(trial.number)
+        name = self.study.study_name
+        db = self.paths.sqlite_file
+        where = (
+            full_disk_file(error)
+            or full_folder([db.parent if db else None, self.paths.artifacts_dir])
+            or db
+            or self.paths.artifacts_dir
+        )
+        if recorded:
+            what = (
+                f"trial {', '.join(map(str, recorded))} was recorded as interrupted and runs "
+                "again on resume"
+            )
+        elif left:
+            what = (
+                f"trial {', '.join(map(str, left))} could not be recorded (the database is "
+                "full too); `study resume` recovers it"
+            )
+        else:
+            what = "no trial was running"
+        raise StorageError(
+            f"the disk filled up during study {name!r} ({where}): the study stopped; {what}",
+            url=self.paths.storage_url,
+            hint=f"free some space on that disk, then continue with "
+            f"`autotune study resume --study-name {name}`",
+        ) from None
+
     def finished_count(self) -> int:
         from optuna.trial import TrialState
 
@@ -236,7 +351,7 @@ class StudyRunner:
         from optuna.trial import TrialState
 
         self.feasibility.learn_from(self.study)
-        trial = retry_locked(self.study.ask, what="ask")
+        trial = retry_locked(self._ask, what="ask")
         number = trial.number
         role = str(trial.user_attrs.get("role") or "search")
         files = TrialFiles(self.paths.artifacts_dir / "trials" / f"{number:04d}")
@@ -254,10 +369,12 @@ class StudyRunner:
                 launching=self.interrupts.deferred,
                 on_phase=lambda phase: progress.phase(number, phase),
                 early_stop=self._early_stop(),
+                cancelled=self.interrupts.stop_requested,
+                urgent=self.interrupts.urgent,
             )
             record = self.trials.run(config, params, role=role, files=files, hooks=hooks)
             self._save(trial, record, config, files)
-        except KeyboardInterrupt:
+        except (Cancelled, KeyboardInterrupt):
             self._record_interrupted(trial, role, files)
             raise Interrupted(
                 f"stopped by {self.interrupts.signal_name or 'SIGINT'}: the server of trial "
@@ -315,6 +432,9 @@ class StudyRunner:
         retry_locked(lambda: self.study.set_user_attr(STUDY_REFUSED, dict(self.refused)))
 
     def _record_interrupted(self, trial: optuna.Trial, role: str, files: TrialFiles) -> None:
+        """Record the trial as interrupted: its re-run queued first, then the trial failed (a
+        kill between leaves a RUNNING trial of a dead tuner whose re-run is already queued:
+        ``resume`` fails it without queueing it twice)."""
         from optuna.trial import TrialState
 
         reason = f"interrupted by {self.interrupts.signal_name or 'SIGINT'}"
@@ -323,8 +443,26 @@ class StudyRunner:
             retry_locked(partial(trial.set_user_attr, key, value))
         upload_artifacts(self.store, trial, files.existing())
         frozen = self.study._storage.get_trial(trial._trial_id)
+        requeue(self.study, configuration(frozen), trial.number, role, trial_id=trial._trial_id)
         retry_locked(lambda: self.study.tell(trial, state=TrialState.FAIL), what="tell")
-        requeue(self.study, configuration(frozen), trial.number, role)
+
+    def _ask(self) -> optuna.Trial:
+        """The next trial: a baseline re-run queued behind other waiting trials first (Optuna
+        pops waiting trials in number order), so the trials after it carry a speed-up."""
+        import optuna
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        trial_id = waiting_baseline(self.study)
+        if trial_id is not None:
+            try:
+                taken = self.study._storage.set_trial_state_values(trial_id, TrialState.RUNNING)
+            except UpdateFinishedTrialError:
+                taken = False
+            if taken:
+                self.study._thread_local.cached_all_trials = None
+                return optuna.Trial(self.study, trial_id)
+        return self.study.ask()
 
     # --- what the study knows so far ---------------------------------------------------------
     def _completed(self) -> list[optuna.trial.FrozenTrial]:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-from collections.abc import Callable
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -13,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from autotune._errors import ConfigError, StorageError
 from autotune._knobs import ServerConfig
 from autotune.engines import Engine, SGLangEngine, create_engine, known_flagset
+from autotune.engines._redact import redact_space_text, redact_url
 from autotune.space import SearchSpace, load_space, parse_space
 from autotune.study._record import (
     STUDY_FINGERPRINT,
@@ -20,6 +27,7 @@ from autotune.study._record import (
     STUDY_SPACE_SOURCE,
     STUDY_SPACE_TEXT,
     STUDY_TARGET,
+    SYS_RERUN_OF,
 )
 from autotune.study._storage import StudyPaths, open_storage, retry_locked
 
@@ -36,13 +44,67 @@ class StudyOptions:
     storage: str | None = None
     studies_dir: str = "studies"
     artifacts_dir: str | None = None
+    #: The total of finished trials to reach (``start --n-trials``, ``resume --target-trials``).
     n_trials: int | None = None
+    #: Finished trials to add to those the study has (``resume --n-trials``); wins over n_trials.
+    more_trials: int | None = None
     timeout_s: float | None = None
     seed: int | None = None
     sampler: str = "auto"
     n_startup_trials: int = 6
     informed: bool = True
     progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse bad options before anything is opened or created (each names its option).
+
+        Raises:
+            ConfigError: a study name unsafe as a file name, an in-memory storage, a count,
+                timeout or seed out of range, an unknown sampler.
+        """
+        from autotune.study._sampler import SAMPLERS
+        from autotune.study._storage import check_storage_url, check_study_name
+
+        if self.study_name is not None:
+            check_study_name(self.study_name)
+        if self.storage is not None:
+            check_storage_url(self.storage)
+        for option, value in (("--n-trials", self.n_trials), ("--n-trials", self.more_trials)):
+            if value is not None and not 1 <= value <= MAX_TRIALS:
+                raise ConfigError(
+                    f"must be between 1 and {MAX_TRIALS:,}, got {value}",
+                    source=option,
+                    hint="the number of finished trials to run",
+                )
+        if self.timeout_s is not None and not (
+            math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S
+        ):
+            raise ConfigError(
+                f"must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:,.0f}, "
+                f"got {self.timeout_s!r}",
+                source="--timeout",
+                hint="e.g. --timeout 3600 stops starting trials after an hour; leave it out for "
+                "no limit",
+            )
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(
+                f"must be between 0 and {MAX_SEED} (2**32 - 1), got {self.seed}",
+                source="--seed",
+            )
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(
+                f"unknown sampler {self.sampler!r}",
+                source="--sampler",
+                hint="choose one of: " + ", ".join(SAMPLERS),
+            )
+        if self.n_startup_trials < 0:
+            raise ConfigError(f"must be >= 0, got {self.n_startup_trials}", source="startup trials")
+
+
+#: Bounds of the options (see :meth:`StudyOptions.__post_init__`).
+MAX_TRIALS = 1_000_000
+MAX_TIMEOUT_S = 365 * 24 * 3600.0
+MAX_SEED = 2**32 - 1
 
 
 def check_engine(space: SearchSpace, engine: Engine) -> None:
@@ -86,13 +148,144 @@ def load_study_space(study: optuna.Study, space_path: str | None) -> SearchSpace
             hint="give the space with --space",
         )
     base = Path(source).parent if source and Path(str(source)).parent.exists() else None
-    return parse_space(text, source=str(source), base_dir=base)
+    return _with_secrets(parse_space(text, source=str(source), base_dir=base), text)
+
+
+#: Where a resumed study takes the value of a redacted ``--api-key`` when its file is gone.
+API_KEY_ENV = "AUTOTUNE_API_KEY"
+
+
+def _with_secrets(space: SearchSpace, stored: str) -> SearchSpace:
+    """The stored space with the secrets that were redacted from it (``<redacted>``) put back.
+
+    The study keeps its space text with every secret replaced by ``<redacted>``
+    (:func:`autotune.engines.redact_space_text`). On resume the secrets come from the original
+    file when it is still there and differs from the stored text only in them; otherwise each
+    secret ``engine.env`` value is taken from the tuner's environment variable of the same
+    name, and a redacted ``--api-key`` from ``AUTOTUNE_API_KEY``. A secret found nowhere
+    refuses the resume with what to do.
+
+    Raises:
+        StorageError: a redacted secret that neither the file nor the environment supplies.
+    """
+    import os
+
+    from autotune.engines._redact import PLACEHOLDER, redact_space_text
+
+    spec = space.engine
+    if PLACEHOLDER not in repr(spec):
+        return space
+    original = Path(space.source)
+    try:
+        text = original.read_text(encoding="utf-8") if original.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        text = None
+    if text is not None and redact_space_text(text) == stored:
+        return parse_space(text, source=space.source, base_dir=original.resolve().parent)
+    env = dict(spec.env)
+    missing: list[str] = []
+    for name, value in spec.env.items():
+        if PLACEHOLDER in value:
+            if os.environ.get(name):
+                env[name] = os.environ[name]
+            else:
+                missing.append(f"engine.env.{name} (set {name} in the environment)")
+    args = list(spec.extra_args)
+    for i, arg in enumerate(args):
+        if PLACEHOLDER not in arg:
+            continue
+        after_key = (i > 0 and args[i - 1] == "--api-key" and arg == PLACEHOLDER) or (
+            arg == f"--api-key={PLACEHOLDER}"
+        )
+        if after_key and os.environ.get(API_KEY_ENV):
+            key = os.environ[API_KEY_ENV]
+            args[i] = key if arg == PLACEHOLDER else f"--api-key={key}"
+        else:
+            how = f" (set {API_KEY_ENV} in the environment)" if after_key else ""
+            missing.append(f"engine.extra_args[{i}]{how}")
+    restored = dataclasses.replace(spec, env=env, extra_args=tuple(args))
+    if PLACEHOLDER in repr(dataclasses.replace(restored, env={}, extra_args=())):
+        missing.append("engine (a password in a URL or path)")
+    if missing:
+        raise StorageError(
+            f"the study's space had secrets, which are not stored, and {space.source} is gone "
+            "or changed: " + "; ".join(missing),
+            hint="resume with --space FILE (the space file with its secrets), or supply them "
+            "from the environment as listed",
+        )
+    return dataclasses.replace(space, engine=restored)
+
+
+#: Study attribute written last when a study is created: its space, target and first trials are
+#: all stored. A study without it was left half-created by a tuner killed during ``start``.
+STUDY_COMPLETE = "autotune:setup_complete"
+
+#: Test hook: ``AUTOTUNE_TEST_PAUSE_AT=<phase>`` makes ``study start`` print
+#: ``autotune-test: paused at <phase>`` on stderr and sleep there, so a test can kill the tuner
+#: at that instant of the set-up. Phases: ``created`` (study row only), ``space`` (space
+#: attributes written), ``target``, ``baseline`` (the baseline queued), ``queued`` (all first
+#: trials queued, not yet marked complete); and, on ``resume``, ``requeued`` (a stale trial's
+#: re-run queued, the trial not yet failed).
+PAUSE_ENV = "AUTOTUNE_TEST_PAUSE_AT"
+
+log = logging.getLogger("autotune.study")
+
+
+def pause_at(phase: str) -> None:
+    """The test hook of :data:`PAUSE_ENV` (nothing unless that variable names ``phase``)."""
+    if os.environ.get(PAUSE_ENV) == phase:
+        print(f"autotune-test: paused at {phase}", file=sys.stderr, flush=True)
+        time.sleep(600)
+
+
+def setup_lock_path(paths: StudyPaths) -> Path:
+    """The lock file that tuners of this host take to create, finish or recover the study.
+
+    Beside the SQLite file (not the ``.lock`` that :func:`open_storage` takes while it creates
+    the tables: that one is taken while this one is held), else in the study's logs folder.
+    """
+    db = paths.sqlite_file
+    if db is not None:
+        return db.with_name(db.name + ".setup.lock")
+    return paths.logs_dir / ".setup.lock"
+
+
+@contextlib.contextmanager
+def setup_lock(paths: StudyPaths) -> Iterator[None]:
+    """Hold :func:`setup_lock_path` (see :func:`autotune.study._claims.file_lock`)."""
+    from autotune.study._claims import file_lock
+    from autotune.study._storage import check_writable
+
+    if paths.sqlite_file is None:
+        # a database server that cannot be reached is refused before any folder is made
+        open_storage(paths)
+    lock = setup_lock_path(paths)
+    # the folder must take the lock file: say so as a study-folder problem, before anything
+    check_writable(lock.parent, what="study" if paths.sqlite_file is not None else "logs")
+    with file_lock(lock):
+        yield
+
+
+def setup_complete(study: optuna.Study) -> bool:
+    """Whether the study's set-up finished (or it is a study from before the marker that ran)."""
+    from optuna.trial import TrialState
+
+    if retry_locked(lambda: study.user_attrs, what="read").get(STUDY_COMPLETE):
+        return True
+    trials = retry_locked(lambda: study.get_trials(deepcopy=False), what="read")
+    return any(t.state != TrialState.WAITING for t in trials)
 
 
 def create_or_load(
     paths: StudyPaths, space: SearchSpace | None, options: StudyOptions, *, resume: bool
 ) -> tuple[optuna.Study, SearchSpace]:
-    """Create the study (start) or load it (resume), checking it matches the space."""
+    """Create the study (start) or load it (resume), checking it matches the space.
+
+    ``start`` is called under :func:`setup_lock`. A study left half-created by a killed tuner
+    (no :data:`STUDY_COMPLETE`) is taken over by ``start`` with the same space (its space
+    attributes written again; the caller then finishes the set-up) or, with another space or none
+    recorded yet, deleted and created again (it never ran a trial).
+    """
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -105,55 +298,143 @@ def create_or_load(
         if paths.name not in existing:
             raise _no_such_study(paths)
         study = optuna.load_study(study_name=paths.name, storage=storage)
+        attrs = study.user_attrs
+        if (
+            options.space_path is None
+            and not isinstance(attrs.get(STUDY_SPACE_TEXT), str)
+            and not setup_complete(study)
+        ):
+            raise StorageError(
+                f"study {paths.name!r} was not completely created: its tuner stopped before it "
+                "stored the search space",
+                hint=f"start it again with `autotune study start --space FILE --study-name "
+                f"{paths.name}`: that finishes its set-up",
+            )
         space = load_study_space(study, options.space_path)
         return study, space
     assert space is not None
     if paths.name in existing:
         study = optuna.load_study(study_name=paths.name, storage=storage)
-        if study.user_attrs.get(STUDY_FINGERPRINT) == space.fingerprint():
+        fingerprint = study.user_attrs.get(STUDY_FINGERPRINT)
+        if not setup_complete(study):
+            if fingerprint == space.fingerprint():
+                log.warning(
+                    "study %r was left half-created (its tuner stopped during `study start`); "
+                    "finishing its set-up",
+                    paths.name,
+                )
+                _store_space(study, space)
+                return study, space
+            log.warning(
+                "study %r was left half-created by a stopped `study start` and never ran a "
+                "trial; creating it again",
+                paths.name,
+            )
+            retry_locked(lambda: optuna.delete_study(study_name=paths.name, storage=storage))
+        elif fingerprint == space.fingerprint():
             raise StorageError(
                 f"study {paths.name!r} already exists",
                 hint=f"continue it with `autotune study resume --study-name {paths.name}`, or "
                 "choose another --study-name",
             )
-        raise StorageError(
-            f"study {paths.name!r} already exists with another search space",
-            hint="choose another --study-name for this space",
-        )
+        else:
+            raise StorageError(
+                f"study {paths.name!r} already exists with another search space",
+                hint="choose another --study-name for this space",
+            )
     direction = space.objective.direction
-    study = optuna.create_study(
-        study_name=paths.name,
-        storage=storage,
-        direction="minimize" if direction == "minimize" else "maximize",
-    )
+    try:
+        study = retry_locked(
+            lambda: optuna.create_study(
+                study_name=paths.name,
+                storage=storage,
+                direction="minimize" if direction == "minimize" else "maximize",
+            )
+        )
+    except optuna.exceptions.DuplicatedStudyError as e:
+        raise StorageError(
+            f"study {paths.name!r} was created by another tuner at the same moment",
+            hint=f"join it with `autotune study resume --study-name {paths.name}`, or choose "
+            "another --study-name",
+        ) from e
+    pause_at("created")
+    _store_space(study, space)
+    pause_at("space")
+    return study, space
+
+
+def _store_space(study: optuna.Study, space: SearchSpace) -> None:
+    """The space's attributes; the fingerprint last (it says the space text is stored)."""
     attrs = {
-        STUDY_FINGERPRINT: space.fingerprint(),
         STUDY_SPACE_SOURCE: str(Path(space.source).resolve())
         if Path(space.source).exists()
         else space.source,
-        STUDY_SPACE_TEXT: Path(space.source).read_text(encoding="utf-8")
+        # secrets (API keys, tokens, passwords) are replaced; resume takes them back from the
+        # file or the environment (_with_secrets)
+        STUDY_SPACE_TEXT: redact_space_text(Path(space.source).read_text(encoding="utf-8"))
         if Path(space.source).exists()
         else "",
         STUDY_METRIC: space.objective.metric,
+        STUDY_FINGERPRINT: space.fingerprint(),
     }
     for key, value in attrs.items():
         retry_locked(partial(study.set_user_attr, key, value))
-    return study, space
+
+
+def finish_setup(
+    study: optuna.Study, space: SearchSpace, engine: Engine, options: StudyOptions
+) -> None:
+    """Queue the first trials (those not queued yet) and mark the study complete, last."""
+    enqueue_first(study, space, engine, options)
+    pause_at("queued")
+    retry_locked(lambda: study.set_user_attr(STUDY_COMPLETE, True))
 
 
 def _no_such_study(paths: StudyPaths) -> StorageError:
     return StorageError(
-        f"no study named {paths.name!r} in {paths.storage_url}",
+        f"no study named {paths.name!r} in {redact_url(paths.storage_url)}",
         hint="list studies with `autotune study list`, or start one with "
         "`autotune study start --space FILE`",
     )
 
 
-def set_target(study: optuna.Study, n_trials: int | None) -> int:
-    """The number of finished trials the study aims for (stored, so resume knows it)."""
-    if n_trials is not None:
-        retry_locked(lambda: study.set_user_attr(STUDY_TARGET, int(n_trials)))
-        return n_trials
+def set_target(study: optuna.Study, n_trials: int | None, *, more: int | None = None) -> int:
+    """The number of finished trials the study aims for (stored, so resume knows it).
+
+    ``n_trials`` is a total (``start --n-trials``, ``resume --target-trials``); ``more`` counts
+    from the trials the study has already finished (``resume --n-trials``, as Optuna's
+    ``n_trials`` does). Neither: the stored target. A total below what is already finished is
+    refused rather than stored, so a mistyped number never lowers a shared study's target.
+
+    Raises:
+        ConfigError: ``n_trials`` is below the number of finished trials.
+    """
+    from optuna.trial import TrialState
+
+    if more is not None or n_trials is not None:
+        done = len(
+            retry_locked(
+                lambda: study.get_trials(
+                    deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
+                ),
+                what="read",
+            )
+        )
+        if more is not None:
+            target = done + int(more)
+        else:
+            assert n_trials is not None
+            target = int(n_trials)
+            if target < done:
+                raise ConfigError(
+                    f"a target of {target} trials is below the {done} that study "
+                    f"{study.study_name!r} has already finished",
+                    source="--target-trials",
+                    hint=f"--n-trials N runs N more trials; --target-trials must be at least "
+                    f"{done}",
+                )
+        retry_locked(lambda: study.set_user_attr(STUDY_TARGET, target))
+        return target
     stored = study.user_attrs.get(STUDY_TARGET)
     return int(stored) if isinstance(stored, int) else 20
 
@@ -224,14 +505,32 @@ def make_engine(space: SearchSpace) -> Engine:
 def enqueue_first(
     study: optuna.Study, space: SearchSpace, engine: Engine, options: StudyOptions
 ) -> None:
-    """Queue the baseline, the space file's configurations and the tuner's informed choice."""
+    """Queue the baseline, the space file's configurations and the tuner's informed choice.
+
+    Idempotent: a first trial already in the study (queued by a set-up that was killed, in any
+    state; re-runs aside) is not queued again.
+    """
+    known = [
+        (t.user_attrs.get("role"), t.system_attrs.get("fixed_params") or {})
+        for t in retry_locked(lambda: study.get_trials(deepcopy=False), what="read")
+        if SYS_RERUN_OF not in t.user_attrs
+    ]
+
+    def queue(params: dict[str, Any], role: str) -> None:
+        if any(r == role and _same(dict(p), params) for r, p in known):
+            return
+        retry_locked(
+            partial(study.enqueue_trial, params, user_attrs={"role": role}, skip_if_exists=False)
+        )
+
     if space.baseline is not None:
-        retry_locked(lambda: study.enqueue_trial({}, user_attrs={"role": "baseline"}))
+        queue({}, "baseline")
+        pause_at("baseline")
     for params in space.enqueued:
-        retry_locked(partial(study.enqueue_trial, dict(params), user_attrs={"role": "enqueued"}))
+        queue(dict(params), "enqueued")
     if options.informed:
         for params in informed_configs(space, engine):
-            retry_locked(partial(study.enqueue_trial, params, user_attrs={"role": "informed"}))
+            queue(params, "informed")
 
 
 def sglang_command(space: SearchSpace, engine: Engine) -> Callable[[ServerConfig, int], str] | None:

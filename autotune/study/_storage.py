@@ -12,6 +12,7 @@ writes; a write that still meets "database is locked" is retried a bounded numbe
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import sqlite3
 import time
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from autotune._errors import StorageError
+from autotune._errors import ConfigError, StorageError
 
 if TYPE_CHECKING:
     import optuna
@@ -31,6 +32,48 @@ T = TypeVar("T")
 
 #: Minimum free disk space before a trial is launched (server logs and results go there).
 MIN_FREE_BYTES = 200 * 1024 * 1024
+#: A study name: it names files (NAME.db, NAME-artifacts/, NAME-logs/) inside the studies folder.
+STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_STUDY_NAME_CHARS = 100
+
+
+def check_study_name(name: str, *, source: str = "--study-name") -> str:
+    """``name`` if it is safe as a file name, else a ConfigError saying what is allowed."""
+    if not STUDY_NAME.match(name) or len(name) > MAX_STUDY_NAME_CHARS:
+        shown = repr(name if len(name) <= 60 else name[:60] + "...")
+        raise ConfigError(
+            f"{shown} is not a usable study name",
+            source=source,
+            hint="use letters, digits, '.', '_' and '-', starting with a letter or digit, at "
+            f"most {MAX_STUDY_NAME_CHARS} characters (it names files in the studies folder)",
+        )
+    return name
+
+
+def check_storage_url(url: str, *, source: str = "--storage") -> str:
+    """``url`` unless it names an in-memory database, whose studies vanish when the command ends.
+
+    Raises:
+        ConfigError: ``sqlite://``, ``sqlite:///:memory:``, ``:memory:`` and the like.
+    """
+    text = url.strip()
+    lowered = text.lower()
+    memory = (
+        lowered in (":memory:", "sqlite:", "sqlite:/", "sqlite://", "sqlite:///")
+        or (lowered.startswith("sqlite") and ":memory:" in lowered)
+        or (lowered.startswith("sqlite") and "mode=memory" in lowered)
+    )
+    if memory:
+        raise ConfigError(
+            f"{url!r} is an in-memory database: the study and its results would vanish when "
+            "the command ends",
+            source=source,
+            hint="leave --storage out (sqlite:///studies/NAME.db) or give a file, e.g. "
+            "sqlite:///studies/x.db",
+        )
+    if "\x00" in text:
+        raise ConfigError("the storage URL contains a NUL character", source=source)
+    return url
 
 
 @dataclass(frozen=True)
@@ -61,7 +104,14 @@ def study_paths(
     studies_dir: str | Path = "studies",
     artifacts_dir: str | Path | None = None,
 ) -> StudyPaths:
-    """The storage URL and folders of study ``name`` (see the module docstring)."""
+    """The storage URL and folders of study ``name`` (see the module docstring).
+
+    Raises:
+        ConfigError: ``name`` is not safe as a file name, or ``storage`` is in memory.
+    """
+    check_study_name(name)
+    if storage is not None:
+        check_storage_url(storage)
     base = Path(studies_dir).expanduser().resolve()
     url = storage or f"sqlite:///{base / (name + '.db')}"
     artifacts = Path(artifacts_dir).expanduser() if artifacts_dir else base / f"{name}-artifacts"
@@ -120,9 +170,38 @@ def open_storage(paths: StudyPaths, *, writing: bool = True) -> optuna.storages.
         engine_kwargs = {"connect_args": {"timeout": 60}}
     else:
         engine_kwargs = {"pool_pre_ping": True}
+    # The first opening creates the tables; two tuners doing it at the same moment collide
+    # ("table alembic_version already exists"). On SQLite, writers take a lock file beside the
+    # database while they open it (the kernel releases it if one is killed); on any storage, an
+    # opening that lost that race is retried: the tables are there by then.
+    import contextlib
+
+    lock_file = (
+        paths.sqlite_file.with_name(paths.sqlite_file.name + ".lock")
+        if (writing and paths.sqlite_file is not None)
+        else None
+    )
     try:
         url = _with_installed_driver(paths.storage_url)
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        for attempt in range(5):
+            with contextlib.ExitStack() as held:
+                if lock_file is not None:
+                    with contextlib.suppress(ImportError, OSError):
+                        import fcntl
+
+                        lock = held.enter_context(lock_file.open("a"))
+                        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+                try:
+                    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+                except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError,
+                        sqlalchemy.exc.ProgrammingError) as e:  # fmt: skip
+                    text = str(e).lower()
+                    racing = "already exists" in text or "unique" in text or "duplicate" in text
+                    if not racing or attempt == 4:
+                        raise
+                    log.debug("storage tables created by another tuner meanwhile; retrying")
+            time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
     except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError, OSError) as e:
         hint = (
             "check the URL (e.g. sqlite:///studies/x.db or postgresql://user@host/db) and "
@@ -180,6 +259,9 @@ def upload_artifacts(
                 mimetype="application/json" if path.suffix == ".json" else "text/plain",
             )
         except OSError as e:
+            if disk_full(e):  # the others will not fit either; the study stops on its next write
+                log.warning("disk full: the trial's artifacts were not stored (%s)", path)
+                return
             log.warning("could not store artifact %s: %s", path, e)
 
 
@@ -223,3 +305,209 @@ def _redact_url(url: str) -> str:
         user = creds.split(":", 1)[0]
         return f"{scheme}://{user}:***@{host}" if ":" in creds else url
     return url
+
+
+# --- storage faults as messages, and reading a study that cannot be written -----------------
+
+#: What SQLite says about a damaged file (the first two), a full disk, a file it may not write.
+_CORRUPTED = ("malformed", "file is not a database", "disk i/o error")
+_FULL = ("database or disk is full", "no space left on device")
+_READ_ONLY = ("readonly database", "read-only file system", "unable to open database file")
+
+
+def storage_fault(error: BaseException, paths: StudyPaths | None = None) -> StorageError | None:
+    """The message for a storage failure (SQLAlchemy, Optuna, sqlite3 or OSError), or None.
+
+    Walks the exception's causes: a damaged SQLite file says which file, that it is corrupted,
+    and what to do; a full disk and a file that may not be written say so. Other database
+    errors get a generic message naming the storage. None: ``error`` is not a storage failure.
+    """
+    import errno
+
+    chain: list[BaseException] = []
+    seen: BaseException | None = error
+    while seen is not None and seen not in chain and len(chain) < 20:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    if not any(_is_storage_error(e) for e in chain):
+        return None
+    text = " ".join(str(e) for e in chain).lower()
+    where = _where(paths)
+    full = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain)
+    if full or any(s in text for s in _FULL):
+        return StorageError(
+            f"the disk of the study storage {where} is full",
+            url=paths.storage_url if paths else None,
+            hint="free some space (or move the study with --studies-dir), then continue with "
+            "`autotune study resume`",
+        )
+    if any(s in text for s in _CORRUPTED):
+        db = paths.sqlite_file if paths else None
+        recover = (
+            f"`sqlite3 {db} .recover | sqlite3 {db.with_name(db.stem + '-recovered.db')}`"
+            if db is not None
+            else "the database's own repair tools"
+        )
+        return StorageError(
+            f"the study database {where} is corrupted ({_first_line(str(chain[-1]))})",
+            url=paths.storage_url if paths else None,
+            hint=f"restore a copy of the file, or salvage what is readable with {recover} and "
+            "use the recovered file (--storage sqlite:///...)",
+        )
+    if any(s in text for s in _READ_ONLY):
+        return StorageError(
+            f"the study storage {where} cannot be written ({_first_line(str(chain[-1]))})",
+            url=paths.storage_url if paths else None,
+            hint="reports work on a read-only study; to run trials, make the file and its "
+            "folder writable",
+        )
+    return StorageError(
+        f"the study storage {where} failed: {_first_line(str(chain[-1]))}",
+        url=paths.storage_url if paths else None,
+        hint="check that the database is reachable and intact",
+    )
+
+
+class storage_faults:  # a context manager: `with storage_faults(paths):`
+    """``with storage_faults(paths):`` turns a storage failure inside into its StorageError."""
+
+    def __init__(self, paths: StudyPaths | None) -> None:
+        self.paths = paths
+
+    def __enter__(self) -> storage_faults:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None or isinstance(exc, StorageError) or not isinstance(exc, Exception):
+            return
+        fault = storage_fault(exc, self.paths)
+        if fault is not None:
+            raise fault from exc
+
+
+def open_for_reading(paths: StudyPaths) -> optuna.storages.RDBStorage:
+    """Open a study storage for reports and listings, also where it cannot be written.
+
+    A SQLite file that may not be written (mode 0444, a read-only folder or filesystem) is
+    opened read-only (``mode=ro``; ``immutable`` where not even SQLite's shared-memory file can
+    be created), so ``study report`` and ``status`` work on it. Other storages: as
+    :func:`open_storage` with ``writing=False``. The file is probed once, so a damaged one is
+    reported here, as a message.
+
+    Raises:
+        StorageError: no such file, a corrupted file, or a storage that cannot be opened.
+    """
+    import os
+
+    db = paths.sqlite_file
+    if db is None:
+        rdb = open_storage(paths, writing=False)
+    elif not db.exists():
+        raise StorageError(
+            f"no study database {str(db)!r}",
+            url=paths.storage_url,
+            hint="list studies with `autotune study list`, or pass --storage/--studies-dir",
+        )
+    elif os.access(db, os.W_OK) and os.access(db.parent, os.W_OK):
+        try:
+            rdb = open_storage(paths, writing=False)
+        except StorageError as e:
+            raise (storage_fault(e, paths) or e) from e
+    else:
+        rdb = _open_sqlite_read_only(paths, db)
+    with storage_faults(paths):
+        rdb.get_all_studies()
+    return rdb
+
+
+def _open_sqlite_read_only(paths: StudyPaths, db: Path) -> optuna.storages.RDBStorage:
+    import os
+    import urllib.parse
+
+    import optuna
+
+    quoted = urllib.parse.quote(str(db.resolve()))
+    # mode=ro reads a WAL file where SQLite can still create its -shm beside it; immutable
+    # (nothing can change the file while it is read) where it cannot
+    modes = ["mode=ro"] if os.access(db.parent, os.W_OK) else []
+    modes.append("mode=ro&immutable=1")
+    last: Exception | None = None
+    for mode in modes:
+        url = f"sqlite:///file:{quoted}?{mode}&uri=true"
+        try:
+            rdb = optuna.storages.RDBStorage(
+                url, engine_kwargs={"connect_args": {"timeout": 60}}, skip_table_creation=True
+            )
+            rdb.get_all_studies()
+            log.debug("opened %s read-only (%s)", db, mode)
+            return rdb
+        except Exception as e:  # each SQLAlchemy / Optuna failure: try the next mode
+            last = e
+    assert last is not None
+    raise storage_fault(last, paths) or StorageError(
+        f"cannot open the study database {str(db)!r} read-only: {_first_line(str(last))}",
+        url=paths.storage_url,
+    ) from last
+
+
+def _is_storage_error(e: BaseException) -> bool:
+    import optuna.exceptions
+    import sqlalchemy.exc
+
+    return isinstance(
+        e,
+        (
+            sqlalchemy.exc.SQLAlchemyError,
+            optuna.exceptions.StorageInternalError,
+            sqlite3.Error,
+            StorageError,
+        ),
+    )
+
+
+def _where(paths: StudyPaths | None) -> str:
+    if paths is None:
+        return "(unknown)"
+    db = paths.sqlite_file
+    return repr(str(db)) if db is not None else repr(_redact_url(paths.storage_url))
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is a full disk: ENOSPC, or SQLite saying so."""
+    return _full_disk_error(error) is not None
+
+
+def full_disk_file(error: BaseException) -> str | None:
+    """The file whose write met a full disk, where the error says (an OSError's filename)."""
+    found = _full_disk_error(error)
+    if isinstance(found, OSError) and found.filename:
+        return str(found.filename)
+    return None
+
+
+def _full_disk_error(error: BaseException) -> BaseException | None:
+    import errno
+
+    seen: BaseException | None = error
+    for _ in range(20):
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return seen
+        if any(s in str(seen).lower() for s in _FULL):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def full_folder(folders: list[Path | None]) -> Path | None:
+    """The first of ``folders`` whose disk has (almost) no space left, where one has."""
+    for folder in folders:
+        if folder is None:
+            continue
+        try:
+            if shutil.disk_usage(folder).free < 1024 * 1024:
+                return folder
+        except OSError:
+            continue
+    return None

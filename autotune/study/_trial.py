@@ -3,12 +3,18 @@
 The server is always stopped (TERM, then KILL, the whole process tree) before a trial returns,
 whatever happens in between: a crash line, a time-out, a failed benchmark, Ctrl-C. A start-up
 crash ends the wait at the line that decides it, so it costs seconds, not the start-up timeout.
+
+A stop asked for by a signal (:attr:`TrialHooks.cancelled`) ends the start-up wait or the
+benchmark at once; the server is stopped and :class:`~autotune._errors.Cancelled` raised for the
+caller to record the trial as interrupted. The stop itself is never cut short by a signal;
+:attr:`TrialHooks.urgent` (a second one) makes it SIGKILL at once.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -16,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune._errors import BenchmarkError
+from autotune._errors import BenchmarkError, BenchmarkTimeout, Cancelled
 from autotune._knobs import ServerConfig
 from autotune.bench import (
     BenchmarkClient,
@@ -27,6 +33,7 @@ from autotune.bench import (
 )
 from autotune.crashes import LiveClassifier, classify_file
 from autotune.engines import Engine, LaunchSpec
+from autotune.engines._redact import redact_file, redact_values
 from autotune.server import (
     GpuMonitor,
     GpuUsage,
@@ -68,6 +75,10 @@ class TrialHooks:
     on_phase: Callable[[str], None] = lambda phase: None
     early_stop: Callable[[Sequence[BenchmarkResult]], bool] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Asked by the waits: True ends the trial (its server stopped) with :class:`Cancelled`.
+    cancelled: Callable[[], bool] = lambda: False
+    #: Asked while the server is being stopped: True sends SIGKILL without waiting for TERM.
+    urgent: Callable[[], bool] = lambda: False
 
 
 class TrialRunner:
@@ -121,6 +132,7 @@ class TrialRunner:
         preferred: int | None = spec.port
         record = TrialRecord(outcome=OK, role=role)
         for _ in range(PORT_ATTEMPTS):
+            _check_cancelled(hooks)
             port = find_free_port(spec.host, preferred=preferred)
             record = self._launch_once(config, port, role, files, hooks)
             if not _port_taken(record):
@@ -129,6 +141,8 @@ class TrialRunner:
             # says nothing about the configuration, so launch again on another port
             log.warning("port %d was taken before the server bound it; launching again", port)
             preferred = None
+        if record.outcome != OK:
+            _check_log_disk(files)
         return record
 
     def _launch_once(
@@ -155,10 +169,12 @@ class TrialRunner:
                     kill_timeout_s=max(5.0, timeouts.stop_s / 2),
                 )
                 hooks.on_launch(identity_of(proc).to_dict())
+            _check_cancelled(hooks)
             self._run_started(proc, launch, record, files, hooks)
         finally:
             if proc is not None:
                 self._stop(proc, record, hooks, baseline)
+            _redact_record(record, files, launch.secrets())
         return record
 
     def _stop(
@@ -171,8 +187,13 @@ class TrialRunner:
         """Stop the server's whole tree; wait for its port and GPU memory to be free again."""
         timeouts = self.engine.spec.timeouts
         hooks.on_phase("stop")
-        outcome = proc.stop()
+        outcome = proc.stop(urgent=hooks.urgent)
         record.extra["stop_forced"] = outcome.forced
+        if outcome.survivors:
+            log.error(
+                "server processes %s survived SIGKILL (stuck in the kernel?); stop them by hand",
+                ", ".join(map(str, outcome.survivors)),
+            )
         if proc.port is not None:
             wait_port_released(self.engine.spec.host, proc.port, timeouts.stop_s)
         if baseline is not None:
@@ -200,7 +221,11 @@ class TrialRunner:
             is_ready_line=self.engine.is_ready_line,
             url=launch.url,
             timeout_s=timeouts.startup_s,
+            api_key=launch.api_key,
+            cancelled=hooks.cancelled,
         )
+        if startup.status == "interrupted":
+            raise Cancelled("stopped during the server's start-up")
         record.startup_s = startup.startup_s
         if not startup.ready:
             record.outcome = (
@@ -218,15 +243,22 @@ class TrialRunner:
         hooks.on_phase("benchmark")
         # a stream silent for longer than one request may take has failed: end it then
         silence = min(ClientOptions.read_timeout_s, timeouts.request_s)
-        client = BenchmarkClient(
-            launch.url, ClientOptions.from_timeouts(timeouts, read_timeout_s=silence)
+        options = ClientOptions.from_timeouts(
+            timeouts, read_timeout_s=silence, headers=launch.auth_headers
         )
+        client = BenchmarkClient(launch.url, options)
         started = time.monotonic()
         try:
-            measurement = measure_sync(client, self.space.workload, early_stop=hooks.early_stop)
+            measurement = measure_sync(
+                client,
+                self.space.workload,
+                early_stop=hooks.early_stop,
+                cancelled=hooks.cancelled,
+            )
         except BenchmarkError as e:
             record.benchmark_s = time.monotonic() - started
-            self._benchmark_failed(proc, record, files, str(e))
+            timed_out = isinstance(e, BenchmarkTimeout)
+            self._benchmark_failed(proc, record, files, str(e), timed_out=timed_out)
             return
         record.benchmark_s = time.monotonic() - started
         self._record_measurement(record, measurement, files)
@@ -235,7 +267,13 @@ class TrialRunner:
             self._benchmark_failed(proc, record, files, "the server exited during the benchmark")
 
     def _benchmark_failed(
-        self, proc: ServerProcess, record: TrialRecord, files: TrialFiles, detail: str
+        self,
+        proc: ServerProcess,
+        record: TrialRecord,
+        files: TrialFiles,
+        detail: str,
+        *,
+        timed_out: bool = False,
     ) -> None:
         proc.poll()
         verdict = classify_file(files.server_log) if files.server_log else None
@@ -243,7 +281,7 @@ class TrialRunner:
             record.outcome = verdict.category
             record.failure_line = verdict.evidence
             record.advice = verdict.advice
-        elif "timed out" in detail or "timeout" in detail:
+        elif timed_out:
             record.outcome = TIMEOUT
             record.failure_line = detail
         else:
@@ -279,6 +317,36 @@ class TrialRunner:
         )
 
 
+def _check_cancelled(hooks: TrialHooks) -> None:
+    if hooks.cancelled():
+        raise Cancelled("stopped before the trial could go on")
+
+
+#: Free bytes under which the disk of a trial's log counts as full.
+FULL_DISK_BYTES = 64 * 1024
+
+
+def _check_log_disk(files: TrialFiles) -> None:
+    """A server whose log met a full disk logs nothing more: its trial would read as a start-up
+    time-out or an unexplained exit. Say what happened instead (the study stops on it and the
+    trial runs again on resume).
+
+    Raises:
+        OSError: ENOSPC, naming the server log, when its disk is full.
+    """
+    import errno
+    import shutil
+
+    try:
+        free = shutil.disk_usage(files.folder).free
+    except OSError:
+        return
+    if free < FULL_DISK_BYTES:
+        raise OSError(
+            errno.ENOSPC, os.strerror(errno.ENOSPC), str(files.server_log or files.folder)
+        )
+
+
 def _port_taken(record: TrialRecord) -> bool:
     """Whether a start-up failed only because the port was already bound."""
     if record.outcome in (OK, TIMEOUT):
@@ -289,3 +357,17 @@ def _port_taken(record: TrialRecord) -> bool:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 4)
+
+
+def _redact_record(record: TrialRecord, files: TrialFiles, secrets: set[str]) -> None:
+    """No secret of the launch in what is kept: the server's log (an artifact) and the lines
+    quoted from it."""
+    if files.server_log is not None:
+        redact_file(files.server_log, secrets)
+    if record.failure_line:
+        record.failure_line = redact_values(record.failure_line, secrets)
+    if record.advice:
+        record.advice = redact_values(record.advice, secrets)
+    error = record.extra.get("benchmark_error")
+    if isinstance(error, str):
+        record.extra["benchmark_error"] = redact_values(error, secrets)

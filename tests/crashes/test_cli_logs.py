@@ -18,14 +18,14 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_prints_category_evidence_and_advice(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["logs", "classify", str(REAL / "05_oom_kv_pool.log")])
-    assert code == 0
+    assert code == 1  # a crash: scripts can branch on the status
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "category: oom_kv_pool (crash)"
     assert out[1].startswith("evidence: line 14: RuntimeError: Not enough memory.")
     assert out[2].startswith("advice:   raise --mem-fraction-static")
 
 
-def test_healthy_log_exits_zero_too(capsys: pytest.CaptureFixture[str]) -> None:
+def test_healthy_log_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["logs", "classify", str(UNSEEN / "u16_loading_only.log")]) == 0
     out = capsys.readouterr().out
     assert "category: starting (no crash)" in out
@@ -60,7 +60,7 @@ def test_as_a_process(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "autotune", "logs", "classify"]
     log = UNSEEN / "u03_eagle_draft_graph_oom.log"
     done = subprocess.run([*cmd, str(log), "--json"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # a crash
     data = json.loads(done.stdout)
     assert (data["category"], data["line_number"], data["is_crash"]) == ("oom_cuda_graph", 25, True)
     missing = tmp_path / "gone.log"
@@ -71,3 +71,17 @@ def test_as_a_process(tmp_path: Path) -> None:
     assert done.stdout == ""
     assert "log file not found" in done.stderr and str(missing) in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_exit_status_tells_a_crash_from_no_crash(capsys: pytest.CaptureFixture[str]) -> None:
+    """1 on a crashed log (plain and --json), 0 on a healthy one; the --help says so."""
+    crashed = str(REAL / "05_oom_kv_pool.log")
+    assert main(["logs", "classify", crashed]) == 1
+    assert main(["logs", "classify", crashed, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["is_crash"] is True
+    assert main(["logs", "classify", str(REAL / "09_ready.log")]) == 0
+    assert main(["logs", "classify", str(REAL / "09_ready.log"), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["logs", "classify", "--help"]) == 0
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "0 when the log shows no crash, 1 when it shows one" in helptext

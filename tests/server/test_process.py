@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from autotune._errors import ServerError
@@ -213,3 +217,76 @@ def test_secrets_are_redacted_from_start_errors(tmp_path: Path) -> None:
 def test_empty_command_is_a_server_error(tmp_path: Path) -> None:
     with pytest.raises(ServerError, match="empty"):
         ServerProcess.start([], log_path=tmp_path / "s.log")
+
+
+# --- a stop that finishes what it starts ---------------------------------------------------------
+
+
+def _started(tmp_path: Path, start_server: Starter, *args: object) -> ServerProcess:
+    log = tmp_path / "s.log"
+    proc = start_server(script("sleeper.py", *args), log_path=log)
+    follower = LogFollower(log)
+    wait_until(lambda: "sleeping" in follower.read_new_lines())  # its handler is installed
+    return proc
+
+
+def test_a_stopped_server_acts_on_term_because_cont_follows_it(
+    tmp_path: Path, start_server: Starter
+) -> None:
+    proc = _started(tmp_path, start_server, "--exit-on-term", 3)
+    os.kill(proc.pid, signal.SIGSTOP)  # hung: a stopped process acts on no signal but KILL/CONT
+    wait_until(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED)
+
+    outcome = proc.stop(term_timeout_s=30, kill_timeout_s=10)
+
+    assert not outcome.forced, "TERM alone should have worked once the process was continued"
+    assert outcome.exit_code == 3
+    assert outcome.elapsed_s < 15  # far below the 30 s TERM timeout (slack for a loaded machine)
+    assert not running(proc.pid)
+
+
+def test_a_stopped_server_that_ignores_term_is_killed_and_awaited(
+    tmp_path: Path, start_server: Starter
+) -> None:
+    proc = _started(tmp_path, start_server, "--ignore-term")
+    os.kill(proc.pid, signal.SIGSTOP)
+
+    outcome = proc.stop(term_timeout_s=0.5, kill_timeout_s=10)
+
+    assert outcome.forced and outcome.signal == "SIGKILL"
+    assert outcome.survivors == ()
+    assert not running(proc.pid)
+
+
+def test_urgent_skips_the_rest_of_the_term_wait(tmp_path: Path, start_server: Starter) -> None:
+    proc = _started(tmp_path, start_server, "--ignore-term")
+    asked_at = time.monotonic() + 0.5
+
+    outcome = proc.stop(
+        term_timeout_s=300, kill_timeout_s=10, urgent=lambda: time.monotonic() >= asked_at
+    )
+
+    assert outcome.forced and outcome.signal == "SIGKILL" and outcome.survivors == ()
+    assert outcome.elapsed_s < 60  # not the 300 s TERM timeout
+    assert not running(proc.pid)
+
+
+def test_a_ctrl_c_during_the_stop_does_not_abandon_it(
+    tmp_path: Path, start_server: Starter
+) -> None:
+    """A KeyboardInterrupt (Python's own SIGINT handler) in the middle of the TERM wait: the stop
+    escalates to SIGKILL, waits for the process to be gone, then lets the interrupt through."""
+    proc = _started(tmp_path, start_server, "--ignore-term")
+    os.kill(proc.pid, signal.SIGSTOP)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            proc.stop(term_timeout_s=300, kill_timeout_s=10)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert not running(proc.pid)
+    assert proc.stopped and proc.outcome is not None
+    assert proc.outcome.forced and proc.outcome.survivors == ()

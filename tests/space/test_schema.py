@@ -486,15 +486,15 @@ def test_missing_python_interpreter_is_refused(tmp_path: Path) -> None:
 def test_engine_section_builds_the_engine_spec(tmp_path: Path) -> None:
     text = SPEC + (
         "engine:\n  tp_size: 4\n  port: 31000\n  timeouts: {startup_s: 60, stop_s: 5}\n"
-        "  sim: {profile: p, dialect: '0.5.3', time_scale: 0.5, noise: 0, seed: 3,"
-        " faults: [slow]}\n"
+        "  sim: {profile: rtxpro6000x8-kimi-k2.5, dialect: '0.5.3', time_scale: 0.5, noise: 0,"
+        " seed: 3, faults: ['slow_start:2']}\n"
     )
     engine = parse_space(text, base_dir=tmp_path).engine
     assert (engine.kind, engine.tp_size, engine.port) == ("sim", 4, 31000)
     assert engine.timeouts.startup_s == 60 and engine.timeouts.stop_s == 5
     assert engine.timeouts.benchmark_s > 0  # untouched ones keep their defaults
-    assert engine.sim.profile == "p" and engine.sim.dialect == "0.5.3"
-    assert engine.sim.seed == 3 and engine.sim.faults == ("slow",)
+    assert engine.sim.profile == "rtxpro6000x8-kimi-k2.5" and engine.sim.dialect == "0.5.3"
+    assert engine.sim.seed == 3 and engine.sim.faults == ("slow_start:2",)
     assert engine.sim.noise == 0.0 and engine.sim.time_scale == 0.5
 
 

@@ -143,7 +143,7 @@ def test_study_name_taken_by_another_space(
 
     # the engine section (here: port and stop timeout) may differ: the same space resumes
     ok = lab.cli(
-        "study", "resume", "--study-name", "taken", "--space", str(same), "--n-trials", "2"
+        "study", "resume", "--study-name", "taken", "--space", str(same), "--n-trials", "1"
     )
     assert ok.rc == 0, ok.show()
     assert "2 of 2 trials finished" in ok.out

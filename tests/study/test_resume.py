@@ -26,8 +26,8 @@ def test_resume_of_a_finished_study_runs_nothing_and_keeps_everything(lab: Study
     no_traceback(again)
     assert "2 of 2 trials finished" in again.out
     assert [(t.number, t.state.name, t.value) for t in lab.finished("done")] == before
-    # a higher target continues from there
-    more = lab.cli("study", "resume", "--study-name", "done", "--n-trials", "3", "--seed", "4")
+    # one more trial continues from there (--n-trials counts from the finished trials)
+    more = lab.cli("study", "resume", "--study-name", "done", "--n-trials", "1", "--seed", "4")
     assert more.rc == 0, more.show()
     after = lab.finished("done")
     assert len(after) == 3

@@ -258,7 +258,8 @@ def test_resume_of_a_finished_study_runs_to_the_new_target(tmp_path: Path) -> No
     assert "already exists" in again.stderr and "autotune study resume" in again.stderr
     assert len(run.load().trials) == 3
 
-    resumed = run_cli("study", "resume", *run.cli_args(), "--n-trials", "5", "--no-progress")
+    # two more (--n-trials counts from the finished trials; --target-trials is a total)
+    resumed = run_cli("study", "resume", *run.cli_args(), "--n-trials", "2", "--no-progress")
     assert resumed.returncode == 0, resumed.describe()
     assert "h100: 5 of 5 trials finished" in resumed.stdout
     study = run.load()

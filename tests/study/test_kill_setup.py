@@ -1,0 +1,242 @@
+"""Records written in an order a kill at any instant survives (issue 10, items 3, 1 and 7).
+
+The tuner is stopped with SIGKILL at chosen instants of ``study start`` and of ``study resume``
+(the test hook ``AUTOTUNE_TEST_PAUSE_AT=<phase>`` of autotune.study._setup makes it print a line
+and sleep there), then the study is continued: nothing is lost and nothing runs twice. Also: the
+re-run of an interrupted baseline runs first; a live worker stops the server of a worker killed
+next to it at once; two simultaneous starts give one study and one clear refusal.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ._lab import CONFIGS, StudyLab, no_traceback
+from ._scenarios import PROCESS, TUNER, _running
+
+PAUSE_ENV = "AUTOTUNE_TEST_PAUSE_AT"
+COMPLETE = "autotune:setup_complete"
+
+
+def _spawn_paused(lab: StudyLab, phase: str, *args: str, log: str) -> subprocess.Popen[bytes]:
+    """``autotune ARGS`` stopped by SIGKILL once it reports pausing at ``phase``."""
+    lab.env[PAUSE_ENV] = phase
+    try:
+        proc = lab.spawn(*args, log=log)
+    finally:
+        lab.env.pop(PAUSE_ENV)
+    err = Path(lab.root / f"{log}.err")
+    lab.wait_for(
+        f"the tuner to pause at {phase}",
+        lambda: f"autotune-test: paused at {phase}" in err.read_text() or proc.poll() is not None,
+        90,
+    )
+    assert proc.poll() is None, err.read_text()
+    proc.kill()
+    proc.wait(timeout=30)
+    return proc
+
+
+def _check_study(lab: StudyLab, name: str, n: int) -> list:
+    import optuna
+
+    trials = lab.trials(name)
+    finished = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) == n, [(t.number, t.state.name, t.user_attrs) for t in trials]
+    assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
+    roles = Counter(t.user_attrs.get("role") for t in finished)
+    assert roles["baseline"] == 1 and roles["enqueued"] == 2, roles
+    assert sorted(str(t.params) for t in finished if t.user_attrs["role"] == "enqueued") == sorted(
+        str(c) for c in CONFIGS[:2]
+    )
+    study = optuna.load_study(study_name=name, storage=lab.storage(lab.sqlite_url(name)))
+    assert study.user_attrs.get(COMPLETE) is True
+    return trials
+
+
+@pytest.mark.parametrize(
+    ("phase", "then"),
+    [
+        ("created", "start"),
+        ("space", "resume"),
+        ("target", "start"),
+        ("baseline", "resume"),
+        ("queued", "start"),
+    ],
+)
+def test_kill9_during_start_setup_then_continue(
+    lab: StudyLab, fault_tried: Callable[[str], None], phase: str, then: str
+) -> None:
+    fault_tried(f"SIGKILL of `study start` at set-up phase {phase}")
+    name = f"setup-{phase}"
+    space = lab.space(name, configs=CONFIGS[:2])
+    start = ("study", "start", "--space", str(space), "--n-trials", "3", "--no-informed")
+    _spawn_paused(lab, phase, *start, log="killed")
+    lab.check_no_servers("after the tuner was killed during set-up")
+    if then == "start":
+        run = lab.cli(*start)
+    else:
+        run = lab.cli("study", "resume", "--study-name", name, "--n-trials", "3")
+    assert run.rc == 0, run.show()
+    no_traceback(run)
+    assert "half-created" in run.err, run.show()
+    assert "3 of 3 trials finished" in run.out, run.show()
+    trials = _check_study(lab, name, 3)
+    assert all(t.state.name != "FAIL" for t in trials)
+
+
+def test_resume_of_a_study_killed_before_its_space_was_stored(
+    lab: StudyLab, fault_tried: Callable[[str], None]
+) -> None:
+    fault_tried("SIGKILL of `study start` right after the study row was created")
+    space = lab.space("bare", configs=CONFIGS[:2])
+    start = ("study", "start", "--space", str(space), "--n-trials", "3", "--no-informed")
+    _spawn_paused(lab, "created", *start, log="killed")
+    refused = lab.cli("study", "resume", "--study-name", "bare")
+    assert refused.rc != 0, refused.show()
+    no_traceback(refused)
+    assert "was not completely created" in refused.err, refused.show()
+    assert "study start" in refused.err, refused.show()
+    run = lab.cli(*start)
+    assert run.rc == 0, run.show()
+    _check_study(lab, "bare", 3)
+
+
+def test_baseline_killed_then_resume_killed_after_requeue(
+    lab: StudyLab, fault_tried: Callable[[str], None]
+) -> None:
+    """A kill during the baseline, then a kill of the resuming tuner right after it queued the
+    re-run (before failing the stale trial): one re-run of the baseline, run before the other
+    queued trials, which then carry a speed-up."""
+    fault_tried("SIGKILL of the tuner during the baseline")
+    fault_tried("SIGKILL of `study resume` between queueing the re-run and failing the trial")
+    name = "basekill"
+    space = lab.space(name, faults=["slow_start:20"], configs=CONFIGS[:2])
+    tuner = lab.spawn("study", "start", "--space", str(space), "--n-trials", "3", "--no-informed")
+    lab.wait_server()
+    lab.wait_for("the baseline's process record", lambda: _running(lab, name, None, PROCESS), 60)
+    tuner.kill()
+    tuner.wait(timeout=30)
+    (stale,) = [t for t in lab.trials(name) if t.state.name == "RUNNING"]
+    assert stale.user_attrs["role"] == "baseline"
+
+    _spawn_paused(lab, "requeued", "study", "resume", "--study-name", name, log="resume1")
+    trials = {t.number: t for t in lab.trials(name)}
+    assert trials[stale.number].state.name == "RUNNING"  # killed before it was failed
+    reruns = [t for t in trials.values() if t.user_attrs.get("autotune:rerun_of") == stale.number]
+    assert len(reruns) == 1 and reruns[0].state.name == "WAITING"
+    lab.check_no_servers("after the resuming tuner was killed")
+
+    run = lab.cli("study", "resume", "--study-name", name)
+    assert run.rc == 0, run.show()
+    no_traceback(run)
+    assert "3 of 3 trials finished" in run.out, run.show()
+    trials = {t.number: t for t in lab.trials(name)}
+    assert trials[stale.number].state.name == "FAIL"
+    assert trials[stale.number].user_attrs["outcome"] == "interrupted"
+    reruns = [t for t in trials.values() if t.user_attrs.get("autotune:rerun_of") == stale.number]
+    assert len(reruns) == 1, reruns  # not queued twice
+    (base,) = reruns
+    assert base.state.name == "COMPLETE" and base.user_attrs["role"] == "baseline"
+    enqueued = [t for t in trials.values() if t.user_attrs.get("role") == "enqueued"]
+    assert len(enqueued) == 2
+    for t in enqueued:
+        assert t.datetime_start > base.datetime_complete, "the baseline re-run should run first"
+        if t.state.name == "COMPLETE":
+            assert "speedup" in t.user_attrs, t.user_attrs
+    _check_study(lab, name, 3)
+
+
+def test_two_workers_one_killed_the_other_stops_its_server(
+    lab: StudyLab, fault_tried: Callable[[str], None]
+) -> None:
+    """kill -9 of one of two workers on one SQLite study while its server runs: the other
+    worker stops that server within seconds (long before the study ends), runs the trial again
+    and the study ends with exactly the target."""
+    fault_tried("SIGKILL of one of two workers while its server runs")
+    name, n = "watch", 6
+    space = lab.space(name, faults=["slow_start:10"], configs=CONFIGS[:2])
+    common = ("--sampler", "random", "--no-informed")
+    first = lab.spawn(
+        "study", "start", "--space", str(space), "--n-trials", str(n), *common, log="first"
+    )
+    lab.wait_for("the first worker's trial", lambda: _running(lab, name, None, TUNER), 60)
+    second = lab.spawn("study", "resume", "--study-name", name, "--sampler", "random", log="second")
+
+    def first_serving() -> object:
+        for t in lab.trials(name):
+            tuner = t.system_attrs.get(TUNER) or {}
+            mine = t.state.name == "RUNNING" and tuner.get("pid") == first.pid
+            if mine and PROCESS in t.system_attrs:
+                return t
+        return None
+
+    def second_running() -> bool:
+        return any(
+            (t.system_attrs.get(TUNER) or {}).get("pid") == second.pid for t in lab.trials(name)
+        )
+
+    lab.wait_for("the second worker's first trial", second_running, 90)
+    victim = lab.wait_for("a server of the first worker", first_serving, 90)
+    server_pid = int(victim.system_attrs[PROCESS]["pid"])
+    server = psutil.Process(server_pid)
+    first.kill()
+    first.wait(timeout=30)
+    killed_at = time.monotonic()
+    assert server.is_running() and server.status() != psutil.STATUS_ZOMBIE
+
+    def gone() -> bool:
+        try:
+            return not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return True
+
+    lab.wait_for("the other worker to stop the dead worker's server", gone, 45)
+    stopped_after = time.monotonic() - killed_at
+    assert second.poll() is None, "the study should still run when the server is stopped"
+
+    run = lab.finish(second, timeout=300)
+    assert run.rc == 0, run.show()
+    no_traceback(run)
+    assert f"trial {victim.number} [" in run.err and "has been stopped" in run.err, run.show()
+    lab.check_no_servers("after the remaining worker exited")
+    trials = {t.number: t for t in lab.trials(name)}
+    finished = [t for t in trials.values() if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) == n, [(t.number, t.state.name) for t in trials.values()]
+    assert not [t for t in trials.values() if t.state.name == "RUNNING"]
+    assert trials[victim.number].state.name == "FAIL"
+    assert trials[victim.number].user_attrs["outcome"] == "interrupted"
+    reruns = [t for t in finished if t.user_attrs.get("autotune:rerun_of") == victim.number]
+    assert len(reruns) == 1
+    roles = Counter(t.user_attrs["role"] for t in finished)
+    assert roles["baseline"] == 1 and roles["enqueued"] == 2, roles
+    print(f"dead worker's server stopped {stopped_after:.1f} s after the kill")
+
+
+def test_two_simultaneous_starts_one_winner(
+    lab: StudyLab, fault_tried: Callable[[str], None]
+) -> None:
+    for round_ in range(3):
+        fault_tried("two simultaneous `study start` with one name")
+        name = f"twin{round_}"
+        space = lab.space(name, baseline=False, configs=CONFIGS[:1])
+        args = ("study", "start", "--space", str(space), "--n-trials", "1", "--no-informed")
+        procs = [lab.spawn(*args, log=f"{name}-{i}") for i in range(2)]
+        runs = [lab.finish(p, timeout=180) for p in procs]
+        for run in runs:
+            no_traceback(run)
+            assert "alembic" not in run.text, run.show()
+        codes = sorted(run.rc for run in runs)
+        assert codes[0] == 0 and codes[1] != 0, [r.show() for r in runs]
+        (loser,) = [r for r in runs if r.rc != 0]
+        assert f"study '{name}'" in loser.err and (
+            "already exists" in loser.err or "at the same moment" in loser.err
+        ), loser.show()
+        assert len(lab.finished(name)) == 1
