@@ -201,10 +201,6 @@ def recover_stale(
 
 
 def _recover(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> Recovered:
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    storage = study._storage
     stopped = None
     record = trial.system_attrs.get(SYS_PROCESS)
     if isinstance(record, dict):
@@ -215,19 +211,28 @@ def _recover(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> Recovered:
             log.warning("trial %d: unreadable process record: %s", trial.number, e)
     if stopped is not None:
         log.warning("stopped the server left by interrupted trial %d", trial.number)
-    role = str(trial.user_attrs.get("role") or "search")
-    requeue(study, configuration(trial), trial.number, role, trial_id=trial._trial_id)
+    role = rerun_then_fail(study, trial, "the tuner stopped while this trial was running")
+    return Recovered(trial.number, role, stopped is not None)
+
+
+def rerun_then_fail(study: optuna.Study, trial: optuna.trial.FrozenTrial, reason: str) -> str:
+    """Queue ``trial``'s re-run, then record it as interrupted by ``reason`` and fail it (in that
+    order: a kill between leaves the re-run queued, and :func:`requeue` never queues it twice).
+    Returns the trial's role."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
     from autotune.study._setup import pause_at
 
+    storage = study._storage
+    role = str(trial.user_attrs.get("role") or "search")
+    requeue(study, configuration(trial), trial.number, role, trial_id=trial._trial_id)
     pause_at("requeued")  # test hook: a kill here must neither lose nor double the re-run
-    for key, value in (
-        ("outcome", INTERRUPTED),
-        ("failure_line", "the tuner stopped while this trial was running"),
-    ):
+    for key, value in (("outcome", INTERRUPTED), ("failure_line", reason)):
         retry_locked(partial(storage.set_trial_user_attr, trial._trial_id, key, value))
     with contextlib.suppress(UpdateFinishedTrialError):  # another worker failed it meanwhile
         retry_locked(partial(storage.set_trial_state_values, trial._trial_id, TrialState.FAIL))
-    return Recovered(trial.number, role, stopped is not None)
+    return role
 
 
 def requeue(

@@ -28,6 +28,7 @@ from autotune.study._claims import (
     count_claims,
     recover_stale,
     requeue,
+    rerun_then_fail,
     waiting_baseline,
 )
 from autotune.study._feasibility import Feasibility
@@ -300,16 +301,8 @@ class StudyRunner:
                 me["pid"],
             ):
                 continue
-            try:  # the re-run first, then the failure (a kill between leaves both usable)
-                role = str(trial.user_attrs.get("role") or "search")
-                requeue(self.study, configuration(trial), trial.number, role,
-                        trial_id=trial._trial_id)  # fmt: skip
-                storage = self.study._storage
-                storage.set_trial_user_attr(trial._trial_id, "outcome", INTERRUPTED)
-                storage.set_trial_user_attr(
-                    trial._trial_id, "failure_line", "the disk filled up during this trial"
-                )
-                storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            try:
+                rerun_then_fail(self.study, trial, "the disk filled up during this trial")
                 recorded.append(trial.number)
             except Exception:
                 left.append(trial.number)

@@ -11,14 +11,7 @@ from autotune._errors import ConfigError
 from autotune.space import load_space
 from autotune.space._schema import is_loopback, owned_flag
 
-SPEC = """\
-fixed:
-  speculative_algorithm: EAGLE3
-parameters:
-  speculative_num_steps: {type: int, low: 1, high: 4}
-  speculative_eagle_topk: {type: categorical, choices: [1, 2, 4]}
-  speculative_num_draft_tokens: {type: int, low: 2, high: 8}
-"""
+from .test_schema import SPEC
 
 
 def _load(tmp_path: Path, engine: str) -> Any:
