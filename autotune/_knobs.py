@@ -15,16 +15,18 @@ from typing import Any
 
 from autotune._errors import ConfigError
 
-#: All-reduce modes, as SGLang selects them (see the engine adapters for flags and environment).
+#: All-reduce modes between the GPUs of one server, in canonical names; each engine adapter
+#: spells a mode in its own flags and environment (``engines/sglang``: SGLang's custom all-reduce
+#: by default, NCCL with a forced algorithm, FlashInfer fusion, symmetric-memory variants).
 ALLREDUCE_MODES: tuple[str, ...] = (
-    "custom",  # SGLang's custom all-reduce: the default on CUDA with P2P, no flag
-    "nccl",  # --disable-custom-all-reduce
-    "nccl_tree",  # --disable-custom-all-reduce, NCCL_ALGO=Tree
-    "nccl_ring",  # --disable-custom-all-reduce, NCCL_ALGO=Ring
-    "flashinfer_fusion",  # FlashInfer all-reduce fusion
-    "torch_symm_mem",  # --enable-torch-symm-mem
-    "nccl_symm",  # --enable-symm-mem
-    "mscclpp",  # --enable-mscclpp
+    "custom",  # the engine's own custom all-reduce kernel (SGLang's default with P2P)
+    "nccl",  # NCCL, the engine's own kernel switched off
+    "nccl_tree",  # NCCL forced to the Tree algorithm
+    "nccl_ring",  # NCCL forced to the Ring algorithm
+    "flashinfer_fusion",  # FlashInfer all-reduce fused with the following norm
+    "torch_symm_mem",  # PyTorch symmetric-memory all-reduce
+    "nccl_symm",  # NCCL symmetric-memory kernels
+    "mscclpp",  # MSCCL++
 )
 
 #: Speculative algorithms; ``none`` means no speculative decoding.
@@ -174,3 +176,16 @@ def _coerce(key: str, raw: Any, source: str | None) -> Any:
     if not isinstance(raw, str):
         raise bad("a string")
     return raw
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """Why a configuration cannot start, judged before launch.
+
+    ``category`` is a crash category (``oom_kv_pool``, ``unsupported_arch``, ``bad_args``, ...)
+    or ``infeasible``; ``knob`` names the knob that decides it when one does.
+    """
+
+    reason: str
+    category: str = "infeasible"
+    knob: str | None = None

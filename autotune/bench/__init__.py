@@ -8,11 +8,16 @@ Typical use::
     measurement = measure_sync(client, WorkloadSpec(concurrency=16, num_prompts=128), repeats=3)
     measurement.score("output_tok_s", kind="conservative")
 
-Figures follow SGLang's bench_serving definitions (see :mod:`autotune.bench._metrics`).
+Figures follow SGLang's bench_serving definitions (see :mod:`autotune.bench._metrics`). What
+differs between engines' HTTP APIs (the cache-flush and statistics routes, how answers report
+speculative acceptance) is the engine's :class:`~autotune.engines.ServerApi`
+(``ClientOptions.server_api``; SGLang's when none is given).
 """
 
 from __future__ import annotations
 
+from autotune._stats import percentile
+from autotune._workload import APIS, SOURCES, LengthDist, WorkloadSpec
 from autotune.bench._capacity import CapacityResult, run_client_capacity
 from autotune.bench._client import (
     BenchmarkClient,
@@ -22,14 +27,10 @@ from autotune.bench._client import (
     run_sync,
 )
 from autotune.bench._metrics import (
-    ACCEPTANCE_SOURCES,
-    Acceptance,
     BenchmarkResult,
     RequestRecord,
     acceptance_from_records,
-    acceptance_from_server,
     compute_result,
-    percentile,
 )
 from autotune.bench._prompts import API_PATHS, PlannedRequest, RequestFactory
 from autotune.bench._repeats import (
@@ -47,7 +48,7 @@ from autotune.bench._sse import (
     StreamFormatError,
     decode_json,
 )
-from autotune.bench._workload import APIS, SOURCES, LengthDist, WorkloadSpec
+from autotune.engines import ACCEPTANCE_SOURCES, Acceptance
 
 __all__ = [
     "ACCEPTANCE_SOURCES",
@@ -73,7 +74,6 @@ __all__ = [
     "StreamFormatError",
     "WorkloadSpec",
     "acceptance_from_records",
-    "acceptance_from_server",
     "compute_result",
     "decode_json",
     "lower_is_better",

@@ -1,25 +1,28 @@
 """How fast this benchmark client can stream: its token rate and CPU cost at high concurrency.
 
 The client must never be what limits a measurement. This benchmark starts the simulated SGLang
-server with a time scale small enough that the server streams faster than a real one, drives it
-closed-loop at a high concurrency for a fixed time through :class:`BenchmarkClient`, and reports
-the token rate the client sustained and the CPU time this process spent while the requests ran
-(``time.process_time``; the server is another process) per 1000 streamed tokens. When the
-client's CPU share comes close to one core, the figures say so: the rate is then the client's
-ceiling, not the server's. It can also be pointed at a running server (``url``) instead.
+server (launched by its engine adapter, as a study launches it) with a time scale small enough
+that the server streams faster than a real one, drives it closed-loop at a high concurrency for
+a fixed time through :class:`BenchmarkClient`, and reports the token rate the client sustained
+and the CPU time this process spent while the requests ran (``time.process_time``; the server is
+another process) per 1000 streamed tokens. When the client's CPU share comes close to one core,
+the figures say so: the rate is then the client's ceiling, not the server's. It can also be
+pointed at a running server (``url``) instead.
 """
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune._errors import ServerError
+from autotune._workload import LengthDist, WorkloadSpec
 from autotune.bench._client import BenchmarkClient, ClientOptions, run_sync
-from autotune.bench._workload import LengthDist, WorkloadSpec
+
+if TYPE_CHECKING:
+    from autotune.engines import ServerApi
 
 #: The simulated server the benchmark starts (model and profile of the calibration set).
 SIM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -110,37 +113,32 @@ def run_client_capacity(
     """
     if url is not None:
         return _drive(url, concurrency, seconds, output_len, None)
-    from autotune.engines._base import READY_LINE
+    from autotune._knobs import ServerConfig
+    from autotune.engines import EngineSpec, SimOptions, create_engine
     from autotune.server import ServerProcess, find_free_port, wait_for_startup
 
     host = "127.0.0.1"
     port = find_free_port(host)
-    argv = [
-        python or sys.executable,
-        "-m",
-        "autotune.sim",
-        "--model-path",
-        SIM_MODEL,
-        "--sim-profile",
-        SIM_PROFILE,
-        "--sim-time-scale",
-        str(SIM_TIME_SCALE),
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--max-running-requests",
-        str(concurrency),
-    ]
-    server_url = f"http://{host}:{port}"
+    engine = create_engine(
+        EngineSpec(
+            kind="sim",
+            model_path=SIM_MODEL,
+            host=host,
+            port=port,
+            python=python,
+            sim=SimOptions(profile=SIM_PROFILE, time_scale=SIM_TIME_SCALE, noise=0.0),
+        )
+    )
+    launch = engine.build_launch(ServerConfig(max_running_requests=concurrency), port=port)
+    argv = list(launch.argv)
     with tempfile.TemporaryDirectory(prefix="autotune-capacity-") as tmp:
         log_path = (log_dir or Path(tmp)) / "sim-server.log"
-        with ServerProcess.start(argv, log_path=log_path, port=port, term_timeout_s=10.0) as proc:
+        with ServerProcess.launch(launch, log_path=log_path, term_timeout_s=10.0) as proc:
             startup = wait_for_startup(
                 proc,
                 classifier=_ExitOnly(),
-                is_ready_line=lambda line: READY_LINE in line,
-                url=server_url,
+                readiness=engine.readiness(),
+                url=launch.url,
                 timeout_s=startup_timeout_s,
             )
             if not startup.ready:
@@ -150,15 +148,32 @@ def run_client_capacity(
                     command=argv,
                     exit_code=startup.exit_code,
                     log_path=log_path if log_dir is not None else None,
-                    hint="run the command by hand to see its output: " + " ".join(argv),
+                    hint="run the command by hand to see its output: " + launch.display(),
                 )
-            return _drive(server_url, concurrency, seconds, output_len, " ".join(argv))
+            return _drive(
+                launch.url,
+                concurrency,
+                seconds,
+                output_len,
+                launch.display(),
+                engine.server_api(),
+            )
 
 
 def _drive(
-    url: str, concurrency: int, seconds: float, output_len: int, command: str | None
+    url: str,
+    concurrency: int,
+    seconds: float,
+    output_len: int,
+    command: str | None,
+    server_api: ServerApi | None = None,
 ) -> CapacityResult:
-    options = ClientOptions(benchmark_timeout_s=seconds, server_stats=False, read_timeout_s=60.0)
+    options = ClientOptions(
+        benchmark_timeout_s=seconds,
+        server_stats=False,
+        read_timeout_s=60.0,
+        server_api=server_api,
+    )
     client = BenchmarkClient(url, options)
     workload = capacity_workload(concurrency, output_len)
     run = run_sync(lambda: client.collect(workload))

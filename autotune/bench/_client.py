@@ -7,7 +7,9 @@ a Poisson process at ``request_rate`` (still at most ``concurrency`` in flight).
 go first and are left out of every figure. A deadline bounds the run: requests running then are
 cancelled and, like those not yet sent, counted as failed (``timeout``). A failure of one request
 (stall, dropped connection, HTTP error, garbage) is recorded with its reason and never stops the
-others. ``/get_server_info`` and ``/metrics`` are read around the run for acceptance figures.
+others. Routes: requests go to the workload's API (the user's choice); the served model is
+asked of ``/v1/models``, OpenAI's route that every engine serves; the cache flush and the
+statistics read around the run for acceptance are the engine's :class:`~autotune.engines.ServerApi`.
 """
 
 from __future__ import annotations
@@ -25,24 +27,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune._errors import BenchmarkError, BenchmarkTimeout
-from autotune.bench._metrics import (
-    Acceptance,
-    BenchmarkResult,
-    RequestRecord,
-    acceptance_from_server,
-    compute_result,
-)
+from autotune._workload import WorkloadSpec
+from autotune.bench._metrics import BenchmarkResult, RequestRecord, compute_result
 from autotune.bench._prompts import PlannedRequest, RequestFactory
 from autotune.bench._sse import RequestState
-from autotune.bench._workload import WorkloadSpec
+from autotune.engines import Acceptance, ServerApi, server_api_for
 
 if TYPE_CHECKING:
     import httpx
 
-    from autotune.engines._spec import Timeouts
+    from autotune._launch import Timeouts
 
 T = TypeVar("T")
 
+_Bodies = dict[str, str | None]
 #: Request errors that say the server ran out of time (silent, too slow, or cut at the deadline).
 TIMEOUT_ERRORS = frozenset({"timeout", "stalled", "request_timeout", "pool"})
 
@@ -68,6 +66,8 @@ class ClientOptions:
     model: str | None = None
     #: Sent with every request (the API key's ``Authorization``): never shown in ``repr``.
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: The engine's HTTP API (``Engine.server_api()``); None: SGLang's, as the simulator's.
+    server_api: ServerApi | None = field(default=None, repr=False)
 
     @classmethod
     def from_timeouts(cls, timeouts: Timeouts, **changes: Any) -> ClientOptions:
@@ -95,13 +95,19 @@ class RunRecords:
     server_acceptance: Acceptance | None
     #: CPU seconds this process spent while the measured requests ran (``time.process_time``).
     client_cpu_s: float = 0.0
+    #: How the requests' statistics read as acceptance (``None``: SGLang's API).
+    server_api: ServerApi | None = field(default=None, repr=False)
 
     def result(self) -> BenchmarkResult:
         """The figures (see :func:`compute_result`); raises BenchmarkError if all failed
         (:class:`BenchmarkTimeout` when every one of them ran out of time)."""
         try:
             return compute_result(
-                self.records, url=self.url, api=self.api, acceptance=self.server_acceptance
+                self.records,
+                url=self.url,
+                api=self.api,
+                acceptance=self.server_acceptance,
+                server_api=self.server_api,
             )
         except BenchmarkError as e:
             measured = [r for r in self.records if not r.warmup]
@@ -124,6 +130,7 @@ class BenchmarkClient:
             )
         self.url = url
         self.options = options or ClientOptions()
+        self.server_api = self.options.server_api or server_api_for()
 
     def run_sync(self, workload: WorkloadSpec, *, variant: int = 0) -> BenchmarkResult:
         """:meth:`run` for callers that are not async (see :func:`run_sync`)."""
@@ -136,7 +143,8 @@ class BenchmarkClient:
 
         ``variant`` selects other synthetic prompt contents (see :class:`RequestFactory`);
         ``flush_cache`` asks the server to drop its prefix cache after the warm-up
-        (``POST /flush_cache``; a server without it is left as it is).
+        (``POST`` to the engine's ``flush_cache_path``, SGLang's ``/flush_cache``; a server
+        without it is left as it is).
 
         Raises:
             BenchmarkError: the server cannot be reached, every warm-up or measured request
@@ -188,10 +196,11 @@ class BenchmarkClient:
                     url=self.url,
                     hint="check the workload's api and the server log",
                 )
-            if flush_cache:
-                await self._fetch(client, "POST", "/flush_cache")
+            server_api = self.server_api
+            if flush_cache and server_api.flush_cache_path:
+                await self._fetch(client, "POST", server_api.flush_cache_path)
             stats = opts.server_stats
-            before = await self._fetch(client, "GET", "/get_server_info") if stats else None
+            before = await self._stats(client, server_api.stats_before) if stats else {}
             planned = factory.measured()
             cpu0 = time.process_time()
             measured = await self._phase(client, planned, workload, deadline, "")
@@ -199,13 +208,10 @@ class BenchmarkClient:
             acceptance: Acceptance | None = None
             # a server that answered nothing is not asked for its statistics (it may hang)
             if stats and any(s.error is None for s in measured):
-                after = await self._fetch(client, "GET", "/get_server_info")
-                metrics = await self._fetch(client, "GET", "/metrics")
-                acceptance = acceptance_from_server(
-                    _json_object(before), _json_object(after), metrics
-                )
+                after = await self._stats(client, server_api.stats_after)
+                acceptance = server_api.from_server(before, after)
         records = tuple(s.record() for s in warm) + tuple(s.record() for s in measured)
-        return RunRecords(self.url, workload.api, records, acceptance, cpu)
+        return RunRecords(self.url, workload.api, records, acceptance, cpu, server_api)
 
     # -- phases -----------------------------------------------------------------------------
 
@@ -217,7 +223,8 @@ class BenchmarkClient:
         deadline: float,
         label: str,
     ) -> list[RequestState]:
-        states = [RequestState(p, self.options.request_timeout_s) for p in planned]
+        timeout = self.options.request_timeout_s
+        states = [RequestState(p, timeout, server_api=self.server_api) for p in planned]
         if not states:
             return states
         concurrency = min(workload.concurrency, len(states))
@@ -260,6 +267,10 @@ class BenchmarkClient:
             model = data[0].get("id")
             return model if isinstance(model, str) else None
         return None
+
+    async def _stats(self, client: httpx.AsyncClient, paths: Sequence[str]) -> _Bodies:
+        """The bodies of the engine's statistics routes ``paths`` (None: no answer)."""
+        return {path: await self._fetch(client, "GET", path) for path in paths}
 
     async def _fetch(self, client: httpx.AsyncClient, method: str, path: str) -> str | None:
         """A server statistic or control call; None when it fails or is not there."""

@@ -15,24 +15,15 @@ completed requests' tokens by it (output tokens, input + output tokens, requests
 are mean, median, p90 and p99 in milliseconds; percentiles interpolate linearly between order
 statistics (numpy's default, as bench_serving uses).
 
-Acceptance of this run (``acceptance_source``):
-
-- ``request_meta_info``: from the completed requests' own ``meta_info``: accept length is
-  ``sum(completion_tokens) / sum(spec_verify_ct)`` and accept rate ``sum(spec_num_correct_drafts)
-  / sum(spec_num_proposed_drafts)`` (or ``spec_accept_rate`` weighted by verify passes).
-- ``server_info_diff``: the difference of cumulative acceptance counters in ``/get_server_info``
-  ``internal_states`` before and after the run, where the server exposes counters.
-- ``server_info_lifetime``: SGLang's ``avg_spec_accept_length``, the server's lifetime average
-  (it includes the server's own warm-up, this benchmark's warm-up and any earlier run). SGLang
-  releases to date expose only this ratio, so it cannot be diffed.
-- ``metrics_gauge``: the ``sglang:spec_accept_length`` / ``spec_accept_rate`` gauges of
-  ``/metrics``, the window of the server's most recent decode log line.
-- ``none``: nothing measured it (no speculative decoding, or a server that reports none).
+Acceptance of this run (``acceptance_source``) is read as the engine says (its
+:class:`~autotune.engines.ServerApi`): first from the completed requests' own statistics
+(``request_meta_info``), else from the server's statistics routes read around the run; the sources
+are :data:`ACCEPTANCE_SOURCES`. SGLang's reading is described in
+:mod:`autotune.engines.sglang._serving`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,18 +31,12 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from autotune._errors import BenchmarkError
+from autotune._stats import percentile
+from autotune.engines import Acceptance, DraftStats, ServerApi, server_api_for
 
 #: The latency families and the statistics reported for each (names ``<family>_<stat>_ms``).
 LATENCY_FAMILIES = ("ttft", "tpot", "itl", "e2e")
 LATENCY_STATS = ("mean", "median", "p90", "p99")
-
-ACCEPTANCE_SOURCES = (
-    "request_meta_info",
-    "server_info_diff",
-    "server_info_lifetime",
-    "metrics_gauge",
-    "none",
-)
 
 
 @dataclass(frozen=True)
@@ -113,17 +98,18 @@ class RequestRecord:
             return None
         return (self.e2e - self.ttft) / (self.completion_tokens - 1)
 
+    def draft_stats(self) -> DraftStats:
+        """The speculative statistics the server reported for this request."""
+        return DraftStats(
+            verify_ct=self.spec_verify_ct,
+            accept_length=self.spec_accept_length,
+            accept_rate=self.spec_accept_rate,
+            num_correct_drafts=self.spec_num_correct_drafts,
+            num_proposed_drafts=self.spec_num_proposed_drafts,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class Acceptance:
-    """Speculative acceptance of one run and where the figure came from."""
-
-    accept_length: float | None = None
-    accept_rate: float | None = None
-    source: str = "none"
 
 
 @dataclass(frozen=True)
@@ -187,17 +173,6 @@ class BenchmarkResult:
         return out
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100), linear between order statistics; ``values`` non-empty."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
 def summarize(values: Sequence[float]) -> dict[str, float | None]:
     """Mean, median, p90 and p99 of seconds, in milliseconds (all ``None`` when empty)."""
     if not values:
@@ -210,22 +185,13 @@ def summarize(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def acceptance_from_records(records: Iterable[RequestRecord]) -> Acceptance | None:
-    """Acceptance from completed requests' ``meta_info``; ``None`` when none reported it."""
-    done = [r for r in records if r.ok and r.spec_verify_ct]
-    if not done:
-        return None
-    verify = sum(r.spec_verify_ct or 0 for r in done)
-    length = sum(r.completion_tokens for r in done) / verify
-    rate: float | None = None
-    if all(r.spec_num_proposed_drafts is not None for r in done):
-        proposed = sum(r.spec_num_proposed_drafts or 0 for r in done)
-        if proposed > 0:
-            rate = sum(r.spec_num_correct_drafts or 0 for r in done) / proposed
-    elif all(r.spec_accept_rate is not None for r in done):
-        weighted = sum((r.spec_accept_rate or 0.0) * (r.spec_verify_ct or 0) for r in done)
-        rate = weighted / verify
-    return Acceptance(length, rate, "request_meta_info")
+def acceptance_from_records(
+    records: Iterable[RequestRecord], server_api: ServerApi | None = None
+) -> Acceptance | None:
+    """Acceptance from completed requests' own statistics, as ``server_api`` reads them
+    (``None``: SGLang's); ``None`` when none reported it."""
+    api = server_api or server_api_for()
+    return api.of_requests((r.completion_tokens, r.draft_stats()) for r in records if r.ok)
 
 
 def compute_result(
@@ -234,8 +200,12 @@ def compute_result(
     url: str,
     api: str,
     acceptance: Acceptance | None = None,
+    server_api: ServerApi | None = None,
 ) -> BenchmarkResult:
     """The run's figures from its request records (warm-up records are left out).
+
+    Acceptance comes from the requests' own statistics as ``server_api`` reads them (``None``:
+    SGLang's), else ``acceptance`` (the server's figure, read around the run).
 
     Raises:
         BenchmarkError: every measured request failed (the message gives the first errors).
@@ -277,7 +247,7 @@ def compute_result(
     for family, values in families.items():
         for stat, value in summarize(values).items():
             latency[f"{family}_{stat}_ms"] = value
-    acc = acceptance_from_records(done) or acceptance or Acceptance()
+    acc = acceptance_from_records(done, server_api) or acceptance or Acceptance()
     return BenchmarkResult(
         url=url,
         api=api,
@@ -314,83 +284,3 @@ def compute_result(
         e2e_p90_ms=latency["e2e_p90_ms"],
         e2e_p99_ms=latency["e2e_p99_ms"],
     )
-
-
-#: Cumulative (accepted tokens, verify passes) counters a server may expose in internal_states.
-_COUNTER_PAIRS = (
-    ("spec_total_num_accept_tokens", "spec_total_num_forward_ct"),
-    ("cum_spec_accept_length", "cum_spec_accept_count"),
-)
-
-
-def acceptance_from_server(
-    before: Mapping[str, Any] | None,
-    after: Mapping[str, Any] | None,
-    metrics_text: str | None = None,
-) -> Acceptance | None:
-    """Acceptance from the server's own statistics (see the module docstring for the order).
-
-    ``before`` and ``after`` are ``/get_server_info`` bodies taken around the run (either may be
-    ``None``); ``metrics_text`` is the ``/metrics`` exposition taken after it.
-    """
-    states_after = _internal_states(after)
-    states_before = _internal_states(before)
-    for accepted_key, count_key in _COUNTER_PAIRS:
-        a1, c1 = _sum_key(states_after, accepted_key), _sum_key(states_after, count_key)
-        a0, c0 = _sum_key(states_before, accepted_key), _sum_key(states_before, count_key)
-        if a1 is None or c1 is None or a0 is None or c0 is None:
-            continue
-        if c1 > c0 and a1 >= a0:
-            return Acceptance((a1 - a0) / (c1 - c0), None, "server_info_diff")
-    lifetime = [v for v in (_number(s.get("avg_spec_accept_length")) for s in states_after) if v]
-    if lifetime and (length := math.fsum(lifetime) / len(lifetime)) >= 1.0:
-        return Acceptance(length, None, "server_info_lifetime")
-    if metrics_text:
-        length_g = _gauge(metrics_text, "sglang:spec_accept_length")
-        rate_g = _gauge(metrics_text, "sglang:spec_accept_rate")
-        if length_g is not None and length_g >= 1.0:
-            rate = rate_g if rate_g is not None and 0.0 <= rate_g <= 1.0 else None
-            return Acceptance(length_g, rate, "metrics_gauge")
-    return None
-
-
-def _internal_states(info: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
-    if not isinstance(info, Mapping):
-        return []
-    decode = info.get("decode")
-    if isinstance(decode, list) and decode and isinstance(decode[0], Mapping):
-        info = decode[0]  # prefill/decode disaggregation: the decode server decodes
-    states = info.get("internal_states")
-    if isinstance(states, Mapping):
-        states = [states]
-    if not isinstance(states, list):
-        return []
-    return [s for s in states if isinstance(s, Mapping)]
-
-
-def _number(raw: Any) -> float | None:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-        return None
-    value = float(raw)
-    return None if math.isnan(value) or math.isinf(value) else value
-
-
-def _sum_key(states: list[Mapping[str, Any]], key: str) -> float | None:
-    values = [_number(s.get(key)) for s in states]
-    if not values or any(v is None for v in values):
-        return None
-    return math.fsum(v for v in values if v is not None)
-
-
-def _gauge(text: str, name: str) -> float | None:
-    """Mean of a gauge's samples (over label sets) in a Prometheus text exposition."""
-    samples: list[float] = []
-    for line in text.splitlines():
-        rest = line[len(name) :] if line.startswith(name) else ""
-        # "{labels} value [timestamp]" or " value [timestamp]"; not a longer metric name
-        parts = rest.rsplit("}", 1)[-1].split() if rest[:1] in ("{", " ") else []
-        with contextlib.suppress(ValueError):
-            value = float(parts[0]) if parts else math.nan
-            if not math.isnan(value):
-                samples.append(value)
-    return math.fsum(samples) / len(samples) if samples else None

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune._errors import ConfigError
-from autotune.bench._workload import WorkloadSpec
+from autotune._workload import WorkloadSpec
 
 #: Endpoint of each API.
 API_PATHS: Mapping[str, str] = {

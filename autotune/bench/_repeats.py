@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from autotune._errors import Cancelled, ConfigError
+from autotune._workload import WorkloadSpec
 from autotune.bench._client import BenchmarkClient, run_sync
 from autotune.bench._metrics import BenchmarkResult
-from autotune.bench._workload import WorkloadSpec
 
 #: Called after each repeat but the last with the results so far; True stops further repeats.
 EarlyStop = Callable[[Sequence[BenchmarkResult]], bool]

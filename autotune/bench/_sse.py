@@ -25,9 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.bench._metrics import RequestRecord
 from autotune.bench._prompts import PlannedRequest
+from autotune.engines import DraftStats
 
 if TYPE_CHECKING:
     import httpx
+
+    from autotune.engines import ServerApi
 
 #: The data of the event that ends a stream.
 DONE = "[DONE]"
@@ -198,12 +201,16 @@ class StreamAccumulator:
     ``/generate`` streams cumulative ``text`` and ``meta_info.completion_tokens`` (tokens so far);
     with speculative decoding one chunk can add several tokens. The OpenAI routes stream text
     deltas and, with ``stream_options.include_usage``, a last chunk with ``usage``.
+
+    ``server_api`` reads the speculative statistics of ``meta_info`` (the engine's; ``None``:
+    none are read); the latest value of each one is kept in :attr:`spec`.
     """
 
     __slots__ = (
         "_api",
         "_decoder",
         "_last_text",
+        "_server_api",
         "chunk_times",
         "chunk_tokens",
         "completion_tokens",
@@ -214,15 +221,16 @@ class StreamAccumulator:
         "spec",
     )
 
-    def __init__(self, api: str) -> None:
+    def __init__(self, api: str, server_api: ServerApi | None = None) -> None:
         self._api = api
+        self._server_api = server_api
         self._decoder = SSEDecoder()
         self._last_text: str | None = None
         self.chunk_times: list[float] = []
         self.chunk_tokens: list[int | None] = []
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
-        self.spec: dict[str, float] = {}
+        self.spec = DraftStats()
         self.finished = False
         self.done = False
         self.server_error: str | None = None
@@ -278,10 +286,8 @@ class StreamAccumulator:
         prompt = _int(meta.get("prompt_tokens"))
         if prompt is not None:
             self.prompt_tokens = prompt
-        for key in _SPEC_KEYS:
-            value = meta.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.spec[key] = float(value)
+        if self._server_api is not None:
+            self.spec = self.spec.updated(self._server_api.from_meta_info(meta))
         if meta.get("finish_reason"):
             self.finished = True
 
@@ -313,15 +319,6 @@ class StreamAccumulator:
         self.chunk_tokens.append(cumulative)
 
 
-_SPEC_KEYS = (
-    "spec_verify_ct",
-    "spec_accept_length",
-    "spec_accept_rate",
-    "spec_num_correct_drafts",
-    "spec_num_proposed_drafts",
-)
-
-
 async def _read_at_most(response: httpx.Response, limit: int) -> bytes:
     """The first ``limit`` bytes of a body (an endless one is not read to its end)."""
     out = bytearray()
@@ -342,14 +339,21 @@ class RequestState:
     """One request in flight: sends it, reads its stream, and becomes a :class:`RequestRecord`.
 
     Times are ``time.perf_counter`` seconds; ``start`` is relative to the phase's origin.
+    ``server_api`` reads the answer's speculative statistics (see :class:`StreamAccumulator`).
     """
 
     __slots__ = ("e2e", "error", "planned", "request_timeout_s", "start", "stream")
 
-    def __init__(self, planned: PlannedRequest, request_timeout_s: float | None) -> None:
+    def __init__(
+        self,
+        planned: PlannedRequest,
+        request_timeout_s: float | None,
+        *,
+        server_api: ServerApi | None = None,
+    ) -> None:
         self.planned = planned
         self.request_timeout_s = request_timeout_s
-        self.stream = StreamAccumulator(planned.api)
+        self.stream = StreamAccumulator(planned.api, server_api)
         self.start: float | None = None
         self.e2e: float | None = None
         self.error: tuple[str, str] | None = None
@@ -439,9 +443,6 @@ class RequestState:
             # request; the chunks seen (a lower bound) for a failed one.
             completion = len(stream.chunk_times) if self.error else planned.output_tokens
         spec = stream.spec
-        verify = spec.get("spec_verify_ct")
-        correct = spec.get("spec_num_correct_drafts")
-        proposed = spec.get("spec_num_proposed_drafts")
         return RequestRecord(
             index=planned.index,
             warmup=planned.warmup,
@@ -452,11 +453,11 @@ class RequestState:
             chunk_tokens=tuple(stream.chunk_tokens),
             prompt_tokens=stream.prompt_tokens or planned.input_tokens,
             completion_tokens=completion,
-            spec_verify_ct=None if verify is None else int(verify),
-            spec_accept_length=spec.get("spec_accept_length"),
-            spec_accept_rate=spec.get("spec_accept_rate"),
-            spec_num_correct_drafts=None if correct is None else int(correct),
-            spec_num_proposed_drafts=None if proposed is None else int(proposed),
+            spec_verify_ct=spec.verify_ct,
+            spec_accept_length=spec.accept_length,
+            spec_accept_rate=spec.accept_rate,
+            spec_num_correct_drafts=spec.num_correct_drafts,
+            spec_num_proposed_drafts=spec.num_proposed_drafts,
             error=None if self.error is None else self.error[0],
             error_detail=None if self.error is None else self.error[1],
         )

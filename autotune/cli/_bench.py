@@ -177,7 +177,11 @@ def search(
     ] = Path("studies/search-bench"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Compare samplers on whole simulated studies: trials and GPU hours to 98% of the optimum."""
+    """Compare samplers on whole simulated studies: trials and GPU hours to 98% of the optimum.
+
+    Each study is the loop of `autotune study start` (its sampler choice, first trials,
+    refusals and lessons) with the simulator's model in place of the server, in memory.
+    """
     import sys
 
     from autotune.searchbench import format_table, run_search_benchmark, write_outputs
@@ -268,7 +272,7 @@ def _workload(path: Path | None, **overrides: Any) -> WorkloadSpec:
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
-    from autotune.space._loader import MAX_TEXT_CHARS, safe_data
+    from autotune._document import MAX_TEXT_CHARS, safe_data
 
     try:
         with path.open(encoding="utf-8") as f:

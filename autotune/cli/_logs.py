@@ -32,6 +32,14 @@ def classify(
             help="Print one JSON object: category, evidence, line_number, advice, is_crash.",
         ),
     ] = False,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            metavar="KIND",
+            help="The engine kind whose log it is (its crash rules read it).",
+        ),
+    ] = "sglang",
 ) -> None:
     """Name the crash category of a server log (or ready / running / starting), the line that
     shows it, and what to change.
@@ -40,8 +48,10 @@ def classify(
     the file cannot be read.
     """
     from autotune.crashes import classify_file
+    from autotune.engines import EngineSpec, create_engine
 
-    result = classify_file(logfile)
+    rules = create_engine(EngineSpec(kind=engine)).crash_rules()
+    result = classify_file(logfile, rules)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
         raise typer.Exit(CRASH_EXIT if result.is_crash else 0)

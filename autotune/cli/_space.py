@@ -26,16 +26,17 @@ def check(
     ] = 0,
 ) -> None:
     """Validate a space file, summarise it, and count proposals SGLang's rules refuse."""
-    from autotune.engines import max_running_requests_for
-    from autotune.space import check_rules, load_space
+    from autotune.engines import create_engine
+    from autotune.space import load_space
 
     space = load_space(path)
+    engine = create_engine(space.engine)
     typer.echo(space.summary())
     typer.echo("")
     samples = space.sample(proposals, seed=seed)
     reasons: Counter[tuple[str, str]] = Counter()
     for params in samples:
-        refusal = check_rules(space.config_for(params))
+        refusal = engine.check_rules(space.config_for(params))
         if refusal is not None:
             rule = refusal.reason.split(":", 1)[0]
             reasons[(rule, refusal.knob or refusal.category)] += 1
@@ -53,14 +54,9 @@ def check(
             "is only tuned where the rules allow it (search_spaces/README.md)"
         )
     if samples:
-        config = space.config_for(samples[0])
-        cap = max_running_requests_for(config, space.workload)
-        if cap is not None and config.max_running_requests is None:
-            typer.echo(
-                "note: under speculative decoding SGLang runs at most 48 requests at once unless "
-                f"max_running_requests is set; concurrency {space.workload.concurrency} needs "
-                f"max_running_requests={cap}"
-            )
+        note = engine.workload_note(space.config_for(samples[0]), space.workload)
+        if note is not None:
+            typer.echo(f"note: {note}")
     typer.echo(f"{space.source}: valid (fingerprint {space.fingerprint()})")
 
 

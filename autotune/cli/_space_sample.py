@@ -14,8 +14,6 @@ if TYPE_CHECKING:
     from autotune.engines import Engine
     from autotune.space import SearchSpace
 
-_ENGINES = ("sim", "sglang")
-
 
 def register(app: typer.Typer) -> None:
     """Add the ``sample`` command to the ``space`` command group ``app``."""
@@ -43,14 +41,14 @@ def sample(
     Proposals that SGLang's rules or the engine release refuse are printed as
     ``# refused (<category>): <reason>`` lines, so that the count stays N.
     """
-    from autotune.space import check_rules, load_space
+    from autotune.space import load_space
 
     space = load_space(path)
     adapter = _engine_for(space, engine, sglang_version)
     typer.echo(f"# {n} proposals of {space.source}, {adapter.describe()}", err=True)
     for params in space.sample(n, seed=seed):
         config = space.config_for(params)
-        refusal = check_rules(config) or adapter.precheck(config)
+        refusal = adapter.check_rules(config) or adapter.precheck(config)
         if refusal is not None:
             typer.echo(f"# refused ({refusal.category}): {refusal.reason}")
             continue
@@ -59,25 +57,26 @@ def sample(
 
 
 def _engine_for(space: SearchSpace, kind: str | None, version: str | None) -> Engine:
-    from autotune.engines import create_engine
+    from autotune.engines import create_engine, engine_class, engine_kinds
 
     spec = space.engine
     if kind is not None:
-        if kind not in _ENGINES:
+        if kind not in engine_kinds():
             raise ConfigError(
                 f"unknown engine {kind!r}",
                 source="--engine",
-                hint="choose one of: " + ", ".join(_ENGINES),
+                hint="choose one of: " + ", ".join(engine_kinds()),
             )
         spec = dataclasses.replace(spec, kind=kind)
     if version is not None:
-        if spec.kind != "sglang":
+        pinned = engine_class(spec.kind).with_release(spec, version)
+        if pinned is None:
             raise ConfigError(
                 f"--sglang-version applies to the sglang engine; this space uses {spec.kind!r}",
                 source="--sglang-version",
                 hint="add --engine sglang",
             )
-        spec = dataclasses.replace(spec, sglang_version=version)
+        spec = pinned
     adapter = create_engine(spec)
     try:
         adapter.check_installed()

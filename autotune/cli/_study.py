@@ -213,7 +213,7 @@ def list_(
     A database file that cannot be read (corrupted, not a study database) is named on stderr
     with what to do, the others are still listed, and the exit status is 1.
     """
-    from autotune.engines._redact import redact_url
+    from autotune._redact import redact_url
     from autotune.report._studies import scan_studies
 
     listing = scan_studies(storage=storage, studies_dir=studies_dir)

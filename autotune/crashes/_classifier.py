@@ -1,4 +1,4 @@
-"""The crash classifier: a verdict on an SGLang server log, live or after the fact.
+"""The crash classifier: a verdict on a server log, live or after the fact, by an engine's rules.
 
 :class:`LiveClassifier` is fed a starting server's log one line at a time and says "crash" at the
 first line that decides one, so that the tuner can stop a doomed start-up within seconds.
@@ -8,6 +8,9 @@ A verdict is chosen by specificity, not by the first match: a crash log usually 
 line first ("Scheduler hit an exception") and the cause last, lines of several ranks mixed in, and
 noise after it. Specific causes anywhere in the log beat generic signs of a crash; a crash beats
 the ready line; an unfinished traceback is judged by the code its frames were in.
+
+What each line means is the engine's :class:`~autotune.crashes.CrashRules` (SGLang's:
+:meth:`Engine.crash_rules <autotune.engines.Engine.crash_rules>`); the weighing is here.
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from autotune._errors import ConfigError
-from autotune.crashes import _progress as progress
-from autotune.crashes import _rules as rules
-from autotune.crashes._advice import AdviceContext, advise
 from autotune.crashes._lines import evidence_text, normalise, split_segments
+from autotune.crashes._ruleset import (
+    CRASH_CATEGORIES,
+    TAG_DRAFT,
+    TAG_LOADING,
+    AdviceContext,
+    CrashRules,
+)
 
 _READ_LIMIT = 1 << 16
 
@@ -44,7 +51,7 @@ class Classification:
 
     @property
     def is_crash(self) -> bool:
-        return self.category in rules.CRASH_CATEGORIES
+        return self.category in CRASH_CATEGORIES
 
     def to_dict(self) -> dict[str, str | int | bool | None]:
         """The verdict as plain JSON-ready values."""
@@ -66,7 +73,7 @@ class _Finding:
 
 
 class LiveClassifier:
-    """Fed a starting server's log one line at a time.
+    """Fed a starting server's log one line at a time, read by the engine's ``rules``.
 
     :meth:`feed` returns a crash :class:`Classification` as soon as a line decides one (the
     KV-pool message, "Capture cuda graph failed: ...", an argparse error, a CUDA out-of-memory or
@@ -75,7 +82,8 @@ class LiveClassifier:
     seen; :attr:`state` the verdict so far.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rules: CrashRules) -> None:
+        self._rules = rules
         self._line_no = 0
         self._causes: dict[str, _Finding] = {}
         self._strong: _Finding | None = None
@@ -83,8 +91,9 @@ class LiveClassifier:
         self._generic: _Finding | None = None
         self._hint: _Finding | None = None
         self._healthy: _Finding | None = None
-        self._mem_fraction: str | None = None
+        self._settings: dict[str, str] = {}
         self._phase: str | None = None
+        self._loading = False
         self._capture: str | None = None
         self._tb_open = False
         self._tb_tags: set[str] = set()
@@ -123,6 +132,7 @@ class LiveClassifier:
 
     # --- reading one line --------------------------------------------------------------------
     def _read(self, line: str) -> bool:
+        rules = self._rules
         if not line.strip():
             self._after_frame = False
             return False
@@ -137,9 +147,9 @@ class LiveClassifier:
             return False
         if not rules.may_matter(line):
             return False
-        value = progress.mem_fraction_value(line)
-        if value is not None:
-            self._mem_fraction = value
+        settings = rules.settings(line)
+        if settings:
+            self._settings.update(settings)
         if self._read_progress(line):
             return False
         frame = rules.parse_frame(line)
@@ -186,35 +196,31 @@ class LiveClassifier:
 
     def _read_progress(self, line: str) -> bool:
         """Healthy markers and start-up steps; True when the line was one."""
-        if progress.is_ready(line):
+        step = self._rules.progress(line)
+        if step is None:
+            return False
+        if step.kind == "ready":
             self._set_healthy("ready", line)
-            self._phase, self._capture = "ready", None
-            return True
-        if progress.is_running(line):
+            self._set_phase(step.phase)
+            self._capture = None
+        elif step.kind == "running":
             self._set_healthy("running", line)
-            return True
-        kind = progress.capture_begin(line)
-        if kind is not None:
-            self._capture = kind
-            self._phase = f"capturing the {'draft' if kind == 'draft' else 'target'} CUDA graphs"
-            return True
-        if progress.is_capture_end(line):
-            self._capture, self._phase = None, "CUDA graphs captured"
-            return True
-        if progress.is_capturing(line):
+        elif step.kind == "capture_begin":
+            self._capture = "draft" if step.draft else "target"
+            self._set_phase(step.phase)
+        elif step.kind == "capture_end":
+            self._capture = None
+            self._set_phase(step.phase)
+        elif step.kind == "capturing":
             if self._capture is None:
-                self._capture, self._phase = "target", "capturing CUDA graphs"
-            return True
-        if "Load weight begin" in line:
-            self._phase = "loading weights"
-            return True
-        if "Load weight end" in line:
-            self._phase = "weights loaded"
-            return True
-        if "KV Cache is allocated" in line:
-            self._phase = "KV cache allocated"
-            return True
-        return False
+                self._capture = "target"
+                self._set_phase(step.phase)
+        else:
+            self._set_phase(step.phase, loading=step.loading)
+        return True
+
+    def _set_phase(self, phase: str | None, *, loading: bool = False) -> None:
+        self._phase, self._loading = phase, loading
 
     def _read_frame(self, line: str, path: str, func: str) -> None:
         self._after_frame = True
@@ -223,7 +229,7 @@ class LiveClassifier:
         self._note_medium(line)
 
     def _tag_frame(self, line: str, path: str, func: str) -> None:
-        for tag in rules.frame_tags(path, func):
+        for tag in self._rules.frame_tags(path, func):
             self._tb_tags.add(tag)
             if tag not in self._tb_tag_lines:
                 self._tb_tag_lines[tag] = self._finding(tag, line, 0, frozenset())
@@ -232,9 +238,9 @@ class LiveClassifier:
     def _finding(self, category: str, line: str, at: int, tags: frozenset[str]) -> _Finding:
         context = set(tags)
         if self._capture == "draft":
-            context.add(rules.TAG_DRAFT)
-        if self._phase == "loading weights":
-            context.add(rules.TAG_LOADING)
+            context.add(TAG_DRAFT)
+        if self._loading:
+            context.add(TAG_LOADING)
         return _Finding(category, evidence_text(line, at), self._line_no, frozenset(context))
 
     def _note_medium(self, line: str) -> None:
@@ -256,22 +262,19 @@ class LiveClassifier:
 
     # --- the verdict -------------------------------------------------------------------------
     def _best_cause(self) -> _Finding | None:
-        causes = self._causes
-        if "oom_kv_pool" not in causes and "graph_capture_other" in causes:
-            oom = causes.get("oom_runtime")
-            if oom is not None and "oom_cuda_graph" not in causes:
-                # "CUDA graph capture failed." after a plain out-of-memory exception
-                return _Finding("oom_cuda_graph", oom.evidence, oom.line_number, oom.tags)
-        for category in rules.CAUSE_PRIORITY:
-            found = causes.get(category)
-            if found is not None:
-                return found
-        return None
+        picked = self._rules.pick_cause(self._causes)
+        if picked is None:
+            return None
+        category, shown = picked
+        found = self._causes[shown]
+        if category == shown:
+            return found
+        return _Finding(category, found.evidence, found.line_number, found.tags)
 
     def _open_traceback_hint(self) -> _Finding | None:
         if not self._tb_open:
             return None
-        for tag, category in rules.TAG_HINTS:
+        for tag, category in self._rules.tag_hints:
             found = self._tb_tag_lines.get(tag)
             if found is not None:
                 tags = found.tags | frozenset(self._tb_tags)
@@ -299,7 +302,7 @@ class LiveClassifier:
         context = AdviceContext(
             category=category,
             evidence=finding.evidence if finding else None,
-            mem_fraction=self._mem_fraction,
+            settings=dict(self._settings),
             tags=finding.tags if finding else frozenset(),
             phase=self._phase,
         )
@@ -307,13 +310,14 @@ class LiveClassifier:
             category=category,
             evidence=finding.evidence if finding else None,
             line_number=finding.line_number if finding else None,
-            advice=advise(context),
+            advice=self._rules.advise(context),
         )
 
 
-def classify_text(text: str) -> Classification:
-    """The verdict on a whole log given as text (lines end with ``\\n`` or ``\\r\\n``)."""
-    live = LiveClassifier()
+def classify_text(text: str, rules: CrashRules) -> Classification:
+    """The verdict of ``rules`` on a whole log given as text (lines end with ``\\n`` or
+    ``\\r\\n``)."""
+    live = LiveClassifier(rules)
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
@@ -322,8 +326,8 @@ def classify_text(text: str) -> Classification:
     return live.finish()
 
 
-def classify_file(path: str | os.PathLike[str]) -> Classification:
-    """The verdict on a log file, read as UTF-8 (undecodable bytes are replaced).
+def classify_file(path: str | os.PathLike[str], rules: CrashRules) -> Classification:
+    """The verdict of ``rules`` on a log file, read as UTF-8 (undecodable bytes are replaced).
 
     Raises:
         ConfigError: the file does not exist, is a directory, or cannot be read.
@@ -346,7 +350,7 @@ def classify_file(path: str | os.PathLike[str]) -> Classification:
         raise ConfigError(
             f"log file cannot be opened: {e.strerror or e}", source=source, hint=hint
         ) from e
-    live = LiveClassifier()
+    live = LiveClassifier(rules)
     with handle:
         try:
             for line in _read_lines(handle):

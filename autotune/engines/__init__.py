@@ -1,25 +1,50 @@
-"""Engine adapters: how a configuration in canonical knobs becomes a server launch.
+"""Engine adapters: everything the tuner knows about an engine, behind one :class:`Engine`.
 
-:func:`create_engine` picks the adapter of a space's ``engine.kind``: :class:`SGLangEngine` drives
+:func:`create_engine` picks the adapter of a space's ``engine.kind`` (:func:`engine_class` its
+class, for what is known before one is built: its part of the space file's engine section, the
+flags it owns). :class:`SGLangEngine` (``autotune.engines.sglang``) drives
 ``python -m sglang.launch_server`` in the flags of the installed release (detected, or from
-``engine.sglang_version``); :class:`SimEngine` drives the simulated server, which speaks the same
-command line. Both build a :class:`LaunchSpec` (argv, environment, secrets to redact), refuse
-before launch what the release cannot express, and report hardware and weight sizes.
+``engine.sglang_version``); :class:`SimEngine` (``autotune.engines.sim``) drives the simulated
+server, which speaks the same command line. Both build a :class:`LaunchSpec` (argv, environment,
+secrets to redact), refuse before launch what the release cannot express, and report hardware and
+weight sizes; both judge with SGLang's own knowledge (``autotune.engines.sglang._rules``): its
+argument rules and draft tree, its automatic speculative choice, its known incompatibilities by
+GPU architecture, and its running-request cap.
 """
 
 from __future__ import annotations
 
-from autotune.engines._base import READY_LINE, Engine, Hardware, Infeasible, create_engine
-from autotune.engines._detect import detect_flagset
-from autotune.engines._dialects import FlagSet, OptionInfo, dialect_for, known_flagset
-from autotune.engines._redact import is_secret_name, redact_argv, redact_env, redact_text
-from autotune.engines._sglang import SGLangEngine, max_running_requests_for
-from autotune.engines._sim import SimEngine
-from autotune.engines._spec import ENGINE_KINDS, EngineSpec, LaunchSpec, SimOptions, Timeouts
+from autotune._knobs import Infeasible
+from autotune._launch import LaunchSpec, Timeouts
+from autotune._redact import is_secret_name, redact_argv, redact_env, redact_text
+from autotune.engines._base import Engine, Hardware
+from autotune.engines._registry import create_engine, engine_class, engine_kinds, server_api_for
+from autotune.engines._serving import (
+    ACCEPTANCE_SOURCES,
+    NO_DRAFT_STATS,
+    Acceptance,
+    DraftStats,
+    ServerApi,
+)
+from autotune.engines._spec import EngineSpec, SimOptions
+from autotune.engines.sglang import (
+    READY_LINE,
+    FlagSet,
+    OptionInfo,
+    SGLangEngine,
+    detect_flagset,
+    dialect_for,
+    known_flagset,
+    max_running_requests_for,
+)
+from autotune.engines.sim import SimEngine
 
 __all__ = [
-    "ENGINE_KINDS",
+    "ACCEPTANCE_SOURCES",
+    "NO_DRAFT_STATS",
     "READY_LINE",
+    "Acceptance",
+    "DraftStats",
     "Engine",
     "EngineSpec",
     "FlagSet",
@@ -28,16 +53,20 @@ __all__ = [
     "LaunchSpec",
     "OptionInfo",
     "SGLangEngine",
+    "ServerApi",
     "SimEngine",
     "SimOptions",
     "Timeouts",
     "create_engine",
     "detect_flagset",
     "dialect_for",
+    "engine_class",
+    "engine_kinds",
     "is_secret_name",
     "known_flagset",
     "max_running_requests_for",
     "redact_argv",
     "redact_env",
     "redact_text",
+    "server_api_for",
 ]

@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from autotune._errors import ConfigError
-from autotune.engines._spec import ENGINE_KINDS, EngineSpec, LaunchSpec
+from autotune._knobs import Infeasible
+from autotune._launch import LaunchSpec
+from autotune.engines._spec import EngineSpec
 
 if TYPE_CHECKING:
+    from autotune._document import Section
     from autotune._knobs import ServerConfig
-    from autotune.bench._workload import WorkloadSpec
-
-#: SGLang's own ready line, printed after the warm-up request succeeded.
-READY_LINE = "The server is fired up and ready to roll!"
-
-
-@dataclass(frozen=True)
-class Infeasible:
-    """Why a configuration cannot start, judged before launch.
-
-    ``category`` is a crash category (``oom_kv_pool``, ``unsupported_arch``, ``bad_args``, ...)
-    or ``infeasible``; ``knob`` names the knob that decides it when one does.
-    """
-
-    reason: str
-    category: str = "infeasible"
-    knob: str | None = None
+    from autotune._workload import WorkloadSpec
+    from autotune.crashes import CrashRules
+    from autotune.engines._serving import ServerApi
+    from autotune.server import Readiness
 
 
 @dataclass(frozen=True)
@@ -50,9 +41,41 @@ class Engine(abc.ABC):
     """
 
     kind: str = ""
+    #: ``engine.model_path`` when the space leaves it out; ``None``: the space must name it.
+    default_model_path: ClassVar[str | None] = None
 
     def __init__(self, spec: EngineSpec) -> None:
         self.spec = spec
+
+    # --- the space file's engine section (class-level: no engine is built to read a space) -----
+    @classmethod
+    def read_section(cls, sec: Section, spec: EngineSpec, *, base: Path) -> EngineSpec:
+        """This engine's own checks of the engine section ``sec``, read generically as ``spec``.
+
+        Returns ``spec`` completed (paths resolved from ``base``, the space file's folder).
+
+        Raises:
+            ConfigError: located at the key of ``sec`` that this engine cannot run.
+        """
+        return spec
+
+    @classmethod
+    def owned_flag(cls, arg: str) -> tuple[str, str] | None:
+        """The launch flag that the ``extra_args`` word ``arg`` would set although the tuner sets
+        it itself, and the space key that decides it (``("--port", "engine.port")``); else None.
+        """
+        return None
+
+    @classmethod
+    def spec_note(cls, spec: EngineSpec) -> str | None:
+        """A few words on what ``spec`` says of this engine, for a space's summary."""
+        return None
+
+    @classmethod
+    def with_release(cls, spec: EngineSpec, release: str) -> EngineSpec | None:
+        """``spec`` pinned to the engine release ``release`` (spelled from autotune's tables
+        instead of asking the installed engine); ``None``: this engine takes no release."""
+        return None
 
     @abc.abstractmethod
     def build_launch(
@@ -76,6 +99,42 @@ class Engine(abc.ABC):
         """Why ``config`` cannot start, when that is known before launch; else ``None``."""
         return None
 
+    # --- the engine's rules and what it chooses by itself ----------------------------------
+    def check_rules(self, config: ServerConfig) -> Infeasible | None:
+        """Why the engine would refuse ``config``'s arguments or run it as something else
+        (a rewritten or ignored value); ``None`` when it runs as given."""
+        return None
+
+    @abc.abstractmethod
+    def draft_token_bounds(self, steps: int, topk: int) -> tuple[int, int]:
+        """The fewest and most draft tokens the engine runs as given with ``steps`` speculative
+        steps of top-k ``topk`` (equal bounds: the count is fixed by the other two)."""
+
+    def lacks_draft_model(self, algorithm: str) -> bool:
+        """Whether ``algorithm`` loads a draft model that the engine section does not name."""
+        return False
+
+    def automatic_choice(self) -> Mapping[str, Any] | None:
+        """The knobs the engine picks by itself for this target when speculation is on and they
+        are left unset (``None``: not known)."""
+        return None
+
+    def incompatibility(self, config: ServerConfig, hardware: Hardware) -> Infeasible | None:
+        """Why ``config`` is known to crash on ``hardware`` though its arguments are accepted."""
+        return None
+
+    def workload_note(self, config: ServerConfig, workload: WorkloadSpec) -> str | None:
+        """What the engine does by itself with ``config`` that ``workload`` runs into and the
+        user should be told of (a cap it sets on running requests); else ``None``."""
+        return None
+
+    def reference_command(
+        self, config: ServerConfig, *, port: int, workload: WorkloadSpec | None = None
+    ) -> str | None:
+        """The real engine's command line that a trial of ``config`` stands for, when it is
+        not the one launched (a simulated engine's); ``None``: the launch itself is it."""
+        return None
+
     def unsupported_values(self, knob: str, values: Iterable[Any]) -> dict[Any, str]:
         """The values of ``knob`` this engine release cannot express, each with the reason.
 
@@ -88,34 +147,60 @@ class Engine(abc.ABC):
         """The GPUs the engine will use, as far as they are known."""
         return Hardware()
 
+    def architecture(self) -> str | None:
+        """The target model's architecture (``DeepseekV3ForCausalLM``, ...), ``None`` if unknown.
+
+        Read from the checkpoint's ``config.json`` under ``model_path`` when it is a folder.
+        """
+        config_json = Path(self.spec.model_path) / "config.json"
+        try:
+            data = json.loads(config_json.read_text())
+            archs = data.get("architectures") or []
+            return str(archs[0]) if archs else None
+        except (OSError, ValueError, AttributeError):
+            return None
+
     def weights_gib(self, algorithm: str | None = None) -> tuple[float | None, float | None]:
-        """Sizes in GiB of the target model's and the draft model's weights (None: unknown).
+        """GiB of the target model's and the draft model's weights on all GPUs together (a
+        checkpoint's size; a draft copied to every GPU counts once per GPU). None: unknown.
 
         ``algorithm`` is the speculative algorithm whose draft is meant (``None``: the one the
         engine is set up for). For memory estimates before launch.
         """
         return None, None
 
-    def is_ready_line(self, line: str) -> bool:
-        return READY_LINE in line
+    def memory_need_gib(
+        self,
+        config: ServerConfig,
+        *,
+        weights: tuple[float | None, float | None] | None = None,
+    ) -> float | None:
+        """GiB per GPU that the static memory of ``config`` must hold before any KV cache: the
+        weights (``weights``, else :meth:`weights_gib` of its algorithm) shared over its
+        tensor-parallel ranks. ``None``: the target's size is unknown.
+        """
+        target, draft = (
+            weights if weights is not None else self.weights_gib(config.speculative_algorithm)
+        )
+        if target is None:
+            return None
+        tp = max(1, config.tp_size)
+        need = target / tp
+        if config.speculative and draft is not None:
+            need += draft / tp
+        return need
 
+    @abc.abstractmethod
+    def readiness(self) -> Readiness:
+        """How this engine's server says it is ready: its ready line(s) and the HTTP probes
+        that confirm it (for :func:`autotune.server.wait_for_startup`)."""
 
-def create_engine(spec: EngineSpec) -> Engine:
-    """The adapter for ``spec.kind``: :class:`SGLangEngine` or :class:`SimEngine`.
+    @abc.abstractmethod
+    def crash_rules(self) -> CrashRules:
+        """How this engine's server log is read for crashes: the patterns of its crash lines,
+        its start-up progress and its advice, for :class:`autotune.crashes.LiveClassifier`."""
 
-    Raises:
-        ConfigError: an unknown engine kind.
-    """
-    if spec.kind == "sglang":
-        from autotune.engines._sglang import SGLangEngine
-
-        return SGLangEngine(spec)
-    if spec.kind == "sim":
-        from autotune.engines._sim import SimEngine
-
-        return SimEngine(spec)
-    raise ConfigError(
-        f"unknown engine kind {spec.kind!r}",
-        location="engine.kind",
-        hint="choose one of: " + ", ".join(ENGINE_KINDS),
-    )
+    @abc.abstractmethod
+    def server_api(self) -> ServerApi:
+        """What the benchmark needs of this engine's HTTP API: its cache-flush and statistics
+        routes, and how answers and statistics report speculative acceptance."""

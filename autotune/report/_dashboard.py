@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TextIO
 
 from autotune._errors import ConfigError
-from autotune.engines._redact import redact_url
+from autotune._redact import redact_url
 from autotune.study._storage import StudyPaths, artifact_store, open_storage, study_paths
 
 

@@ -8,46 +8,50 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from autotune.study._record import Outcome, TrialRecord
+
 if TYPE_CHECKING:
     import optuna
     import plotly.graph_objects as go
 
-#: Colours of outcomes in the figures (measured trials are blue).
-OUTCOME_COLOURS = {
-    "ok": "#1f77b4",
-    "oom_kv_pool": "#d62728",
-    "oom_cuda_graph": "#ff7f0e",
-    "oom_runtime": "#8c564b",
-    "unsupported_arch": "#9467bd",
-    "graph_capture_other": "#e377c2",
-    "nccl_error": "#7f7f7f",
-    "bad_args": "#bcbd22",
-    "other_crash": "#17becf",
-    "timeout": "#393b79",
-    "infeasible": "#aaaaaa",
+#: Colours of outcomes in the figures (measured trials are blue; black: any other outcome).
+OUTCOME_COLOURS: dict[Outcome, str] = {
+    Outcome.OK: "#1f77b4",
+    Outcome.OOM_KV_POOL: "#d62728",
+    Outcome.OOM_CUDA_GRAPH: "#ff7f0e",
+    Outcome.OOM_RUNTIME: "#8c564b",
+    Outcome.UNSUPPORTED_ARCH: "#9467bd",
+    Outcome.GRAPH_CAPTURE_OTHER: "#e377c2",
+    Outcome.NCCL_ERROR: "#7f7f7f",
+    Outcome.BAD_ARGS: "#bcbd22",
+    Outcome.PORT_IN_USE: "#98df8a",
+    Outcome.OTHER_CRASH: "#17becf",
+    Outcome.TIMEOUT: "#393b79",
+    Outcome.INFEASIBLE: "#aaaaaa",
 }
 
 
 def trials_frame(study: optuna.Study) -> list[dict[str, Any]]:
-    """One row per finished trial: number, role, outcome, value, speed-up, acceptance length,
-    start-up seconds, whether it kept the study's constraints, and its knobs (``knob:NAME``)."""
+    """One row per finished trial: number, role, outcome (an :class:`Outcome`, a ``str``),
+    value, speed-up, acceptance length, start-up seconds, whether it kept the study's
+    constraints, and its knobs (``knob:NAME``)."""
     from optuna.trial import TrialState
 
     rows = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        attrs = t.user_attrs
-        config = attrs.get("config") if isinstance(attrs.get("config"), dict) else t.params
+        record = TrialRecord.from_trial(t)
+        config = record.config if record.config is not None else t.params
         rows.append(
             {
                 "number": t.number,
-                "role": attrs.get("role"),
-                "outcome": attrs.get("outcome"),
-                "value": t.value,
-                "speedup": attrs.get("speedup"),
-                "accept_length": attrs.get("accept_length"),
-                "startup_s": attrs.get("startup_s"),
+                "role": record.role,
+                "outcome": record.outcome,
+                "value": record.value,
+                "speedup": record.speedup,
+                "accept_length": record.accept_length,
+                "startup_s": record.startup_s,
                 "feasible": all(v <= 0 for v in t.constraints.values()),
-                **{f"knob:{k}": v for k, v in (config or {}).items()},
+                **{f"knob:{k}": v for k, v in config.items()},
             }
         )
     return rows
@@ -60,7 +64,7 @@ def optimization_history(study: optuna.Study) -> go.Figure:
 
     rows = trials_frame(study)
     maximize = study.direction.name == "MAXIMIZE"
-    measured = [r for r in rows if r["outcome"] == "ok" and r["value"] is not None]
+    measured = [r for r in rows if r["outcome"] is Outcome.OK and r["value"] is not None]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
@@ -68,7 +72,7 @@ def optimization_history(study: optuna.Study) -> go.Figure:
             y=[r["value"] for r in measured],
             mode="markers",
             name="measured",
-            marker={"color": OUTCOME_COLOURS["ok"]},
+            marker={"color": OUTCOME_COLOURS[Outcome.OK]},
         )
     )
     best: list[float] = []
@@ -81,15 +85,15 @@ def optimization_history(study: optuna.Study) -> go.Figure:
         best.append(current)
     fig.add_trace(go.Scatter(x=xs, y=best, mode="lines", name="best so far", line_shape="hv"))
     floor = min((r["value"] for r in measured), default=0.0)
-    for outcome in sorted({r["outcome"] for r in rows if r["outcome"] != "ok"}):
-        crashed = [r for r in rows if r["outcome"] == outcome]
+    for outcome in sorted({r["outcome"] for r in rows if r["outcome"] is not Outcome.OK}):
+        crashed = [r for r in rows if r["outcome"] is outcome]
         fig.add_trace(
             go.Scatter(
                 x=[r["number"] for r in crashed],
                 y=[floor * 0.9] * len(crashed),
                 mode="markers",
                 marker={"symbol": "x", "color": OUTCOME_COLOURS.get(outcome, "#000000")},
-                name=outcome,
+                name=outcome.value,
             )
         )
     fig.update_layout(
@@ -119,14 +123,14 @@ def crash_map(
             f"its knobs: {', '.join(knobs)}"
         )
     fig = go.Figure()
-    for outcome in sorted({str(r["outcome"]) for r in rows}):
-        group = [r for r in rows if str(r["outcome"]) == outcome]
+    for outcome in sorted({r["outcome"] for r in rows}):
+        group = [r for r in rows if r["outcome"] is outcome]
         fig.add_trace(
             go.Scatter(
                 x=[r[f"knob:{x}"] for r in group],
                 y=[r[f"knob:{y}"] for r in group],
                 mode="markers",
-                name=outcome,
+                name=outcome.value,
                 text=[f"trial {r['number']}" for r in group],
                 marker={"size": 10, "color": OUTCOME_COLOURS.get(outcome, "#000000")},
             )

@@ -12,16 +12,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._errors import StorageError
-from autotune.engines._redact import redact_text, redact_url
-from autotune.study._record import STUDY_METRIC, STUDY_REFUSED, STUDY_TARGET
+from autotune._redact import redact_text, redact_url
+from autotune.study._record import (
+    STUDY_METRIC,
+    STUDY_REFUSED,
+    STUDY_TARGET,
+    Outcome,
+    TrialRecord,
+    outcome_of,
+)
 from autotune.study._storage import StudyPaths, open_for_reading, storage_faults, study_paths
 
 if TYPE_CHECKING:
     import optuna
-
-
-#: Outcomes of trials that were handed back unrun (not interrupted, never measured).
-_NEVER_RAN = frozenset({"surplus"})
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,8 @@ class TrialRow:
 
     number: int
     role: str
-    outcome: str
+    #: ``ok``, a crash category, ``timeout``, ``infeasible`` (a ``str`` enum: prints its value).
+    outcome: Outcome
     value: float | None
     speedup: float | None
     startup_s: float | None
@@ -43,7 +47,7 @@ class TrialRow:
 
     @property
     def measured(self) -> bool:
-        return self.outcome == "ok" and self.value is not None
+        return self.outcome is Outcome.OK and self.value is not None
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class StudyReport:
     best_command: str | None
     best_sglang_command: str | None
     #: Finished trials by outcome.
-    outcomes: dict[str, int]
+    outcomes: dict[Outcome, int]
     #: Proposals the tuner replaced before asking for a trial, by the failure they would meet.
     refused_before_launch: dict[str, int]
     rows: list[TrialRow] = field(default_factory=list)
@@ -80,10 +84,10 @@ class StudyReport:
         )
         return ranked[:n]
 
-    def crashes(self) -> dict[str, int]:
+    def crashes(self) -> dict[Outcome, int]:
         """Finished trials that were not measured, by outcome (a crash category, a time-out, or
         ``infeasible``: refused before launch)."""
-        return {k: v for k, v in sorted(self.outcomes.items()) if k != "ok"}
+        return {k: v for k, v in sorted(self.outcomes.items()) if k is not Outcome.OK}
 
 
 def load_study(
@@ -115,7 +119,8 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
 
     trials = study.get_trials(deepcopy=False)
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    rows = [_row(t) for t in finished]
+    records = {t.number: TrialRecord.from_trial(t) for t in finished}
+    rows = [_row(t, records[t.number]) for t in finished]
     baseline = next((r.value for r in rows if r.role == "baseline" and r.measured), None)
     maximize = study.direction.name == "MAXIMIZE"
     target = study.user_attrs.get(STUDY_TARGET)
@@ -128,7 +133,7 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
         finished=len(finished),
         running=sum(t.state == TrialState.RUNNING for t in trials),
         failed=sum(
-            t.state == TrialState.FAIL and t.user_attrs.get("outcome") not in _NEVER_RAN
+            t.state == TrialState.FAIL and outcome_of(t.user_attrs) is not Outcome.SURPLUS
             for t in trials
         ),
         baseline_value=baseline,
@@ -143,13 +148,13 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
     if not top:
         return report
     best = top[0]
-    attrs = next(t for t in finished if t.number == best.number).user_attrs
-    command = _text(attrs.get("command"))
+    record = records[best.number]
+    command = _text(record.command)
     return replace(
         report,
         best=best,
         best_command=command,
-        best_sglang_command=_text(attrs.get("sglang_command", command)),
+        best_sglang_command=_text(record.sglang_command) or command,
     )
 
 
@@ -157,30 +162,24 @@ def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
     return all(v <= 0 for v in trial.constraints.values()) if trial.constraints else True
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _text(value: Any) -> str | None:
+def _text(value: str | None) -> str | None:
     """A recorded text, with any secret in it redacted (studies recorded before redaction)."""
-    return redact_text(value) if isinstance(value, str) and value else None
+    return redact_text(value) if value else None
 
 
-def _row(trial: optuna.trial.FrozenTrial) -> TrialRow:
-    attrs = trial.user_attrs
-    config = attrs.get("config")
+def _row(trial: optuna.trial.FrozenTrial, record: TrialRecord) -> TrialRow:
     return TrialRow(
         number=trial.number,
-        role=str(attrs.get("role", "search")),
-        outcome=str(attrs.get("outcome", "unknown")),
-        value=trial.value if trial.value is not None else None,
-        speedup=_number(attrs.get("speedup")),
-        startup_s=_number(attrs.get("startup_s")),
-        config=dict(config) if isinstance(config, dict) else dict(trial.params),
-        accept_length=_number(attrs.get("accept_length")),
+        role=record.role,
+        outcome=record.outcome,
+        value=record.value,
+        speedup=record.speedup,
+        startup_s=record.startup_s,
+        config=dict(record.config if record.config is not None else trial.params),
+        accept_length=record.accept_length,
         feasible=_feasible(trial),
-        failure_line=_text(attrs.get("failure_line")),
-        advice=_text(attrs.get("advice")),
+        failure_line=_text(record.failure_line),
+        advice=_text(record.advice),
     )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune._errors import StorageError
+from autotune.study._record import Outcome, outcome_of
 from autotune.study._storage import StudyPaths, open_for_reading, storage_faults, study_paths
 
 
@@ -82,7 +83,7 @@ def _infos(rdb: object, url: str) -> list[StudyInfo]:
     import optuna
     from optuna.trial import TrialState
 
-    assert isinstance(rdb, optuna.storages.RDBStorage)
+    assert isinstance(rdb, optuna.storages.BaseStorage)
     out: list[StudyInfo] = []
     for s in rdb.get_all_studies():
         study = optuna.load_study(study_name=s.study_name, storage=rdb)
@@ -95,7 +96,7 @@ def _infos(rdb: object, url: str) -> list[StudyInfo]:
             if single
             and t.state == TrialState.COMPLETE
             and t.value is not None
-            and t.user_attrs.get("outcome", "ok") == "ok"
+            and outcome_of(t.user_attrs) in (None, Outcome.OK)  # (None: recorded by Optuna)
             and all(v <= 0 for v in t.constraints.values())
         ]
         maximize = study.directions[0].name == "MAXIMIZE"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.report._report import StudyReport, TrialRow
+from autotune.study._record import Outcome
 
 #: Knobs shown first, in this order; any other knob of a trial follows in the order it has.
 _KNOB_ORDER = (
@@ -86,7 +87,7 @@ def best_trials_table(report: StudyReport, n: int = 10) -> Table:
 def crash_table(report: StudyReport) -> Table:
     """Finished trials that were not measured, by outcome: how many, which, what to do, and the
     evidence (the log line that decided a crash, or why a configuration was refused)."""
-    groups: dict[str, list[TrialRow]] = {}
+    groups: dict[Outcome, list[TrialRow]] = {}
     for row in report.rows:
         if not row.measured:
             groups.setdefault(row.outcome, []).append(row)
@@ -95,7 +96,7 @@ def crash_table(report: StudyReport) -> Table:
         numbers = ", ".join(str(r.number) for r in rows)
         advice = next((r.advice for r in rows if r.advice), None)
         line = next((r.failure_line for r in rows if r.failure_line), None)
-        cells.append((outcome, str(len(rows)), numbers, advice or "", line or ""))
+        cells.append((outcome.value, str(len(rows)), numbers, advice or "", line or ""))
     columns = ("outcome", "trials", "trial numbers", "what to do", "evidence")
     return Table(f"{report.study_name}: trials that were not measured", columns, tuple(cells))
 

@@ -1,7 +1,8 @@
 """``autotune bench search``: how fast each strategy finds a near-best configuration.
 
-Whole studies run against the simulator's model in process (no server processes), each trial
-charged the GPU time it would have cost on the profiled hardware. The table gives, per strategy,
+Whole studies run the loop of ``autotune study start`` against the simulator's model in process
+(no server processes; see :mod:`autotune.searchbench._strategies`), each trial charged the GPU
+time it would have cost on the profiled hardware. The table gives, per strategy,
 the median over seeds of the trials and GPU hours needed to reach 98% of the space's true optimum
 (found by evaluating every configuration), and the share of GPU time spent on crashed trials.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from autotune._errors import ConfigError
-from autotune.engines import create_engine
 from autotune.searchbench._bookkeeping import (
     StrategySummary,
     StudyScore,
@@ -28,9 +29,10 @@ from autotune.searchbench._bookkeeping import (
 )
 from autotune.searchbench._optimum import Optimum, find_optimum
 from autotune.searchbench._oracle import Oracle
-from autotune.searchbench._studies import ABLATIONS, STRATEGIES, StudySimulator
+from autotune.searchbench._strategies import ABLATIONS, STRATEGIES, run_study
 from autotune.sim import SimModel, load_profile
 from autotune.space import SearchSpace, load_space
+from autotune.study._setup import make_engine
 
 log = logging.getLogger("autotune.searchbench")
 
@@ -90,21 +92,31 @@ def run_search_benchmark(
     started = time.monotonic()
     space, model = prepare(space_path, profile)
     oracle = Oracle(model, space.workload, metric=space.objective.metric)
-    optimum = find_optimum(space, oracle)
+    engine = make_engine(space)
+    optimum = find_optimum(space, oracle, engine)
     log.info("optimum %.2f at %s", optimum.value, optimum.params)
-    simulator = StudySimulator(space, create_engine(space.engine), oracle, noise=noise)
     maximize = space.objective.direction == "maximize"
     scores: list[StudyScore] = []
     summaries = []
-    for strategy in strategies:
-        mine = []
-        for seed in range(seeds):
-            if on_study is not None:
-                on_study(strategy, seed)
-            trace = simulator.run(strategy, seed, budget)
-            mine.append(score_study(trace, optimum.value, oracle.gpus, maximize=maximize))
-        scores += mine
-        summaries.append(summarise(mine))
+    with tempfile.TemporaryDirectory(prefix="autotune-searchbench-") as folder:
+        for strategy in strategies:
+            mine = []
+            for seed in range(seeds):
+                if on_study is not None:
+                    on_study(strategy, seed)
+                trace = run_study(
+                    space,
+                    engine,
+                    oracle,
+                    strategy,
+                    seed,
+                    budget,
+                    folder=Path(folder),
+                    noise=noise,
+                )
+                mine.append(score_study(trace, optimum.value, oracle.gpus, maximize=maximize))
+            scores += mine
+            summaries.append(summarise(mine))
     return SearchBenchResult(
         model.profile.name,
         space.source,

@@ -1,5 +1,8 @@
 """Bookkeeping of simulated studies: progress towards the optimum, GPU time, crash share.
 
+A study is booked from what the loop recorded in its storage (:func:`trace_of`): each finished
+trial's role and outcome, its measured value, and the oracle's charge and true value.
+
 The incumbent after each trial is the configuration with the best *measured* value so far (as a
 user would pick it), judged by its *true* value. A study "reaches" a share of the optimum at the
 first trial whose incumbent's true value is at least that share; trials and GPU hours are
@@ -12,11 +15,56 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.searchbench._studies import StudyTrace
+from autotune.searchbench._oracle import GPU_S_ATTR, TRUE_VALUE_ATTR
+from autotune.study._record import Outcome, outcome_of
+
+if TYPE_CHECKING:
+    import optuna
 
 SHARES = (0.95, 0.98)
+
+
+@dataclass(frozen=True)
+class TrialTrace:
+    """One trial as the benchmark books it."""
+
+    number: int
+    role: str
+    status: str  # "ok", a crash category, or "refused"
+    measured: float | None
+    true_value: float | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StudyTrace:
+    strategy: str
+    seed: int
+    trials: tuple[TrialTrace, ...]
+
+
+def trace_of(study: optuna.Study, strategy: str, seed: int) -> StudyTrace:
+    """The finished trials of ``study`` in order, as the loop recorded them."""
+    from optuna.trial import TrialState
+
+    trials = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        attrs = t.user_attrs
+        outcome = outcome_of(attrs)
+        true = attrs.get(TRUE_VALUE_ATTR)
+        trials.append(
+            TrialTrace(
+                t.number,
+                str(attrs.get("role") or "search"),
+                "refused" if outcome is Outcome.INFEASIBLE else str(outcome),
+                t.value if t.state == TrialState.COMPLETE else None,
+                None if true is None else float(true),
+                float(attrs.get(GPU_S_ATTR) or 0.0),
+            )
+        )
+    return StudyTrace(strategy, seed, tuple(sorted(trials, key=lambda t: t.number)))
 
 
 @dataclass(frozen=True)

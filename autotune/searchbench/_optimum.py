@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune._errors import ConfigError
+from autotune.engines import Engine, create_engine
 from autotune.searchbench._oracle import Oracle
-from autotune.space import SearchSpace, check_rules
+from autotune.space import SearchSpace
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,10 @@ def grid(space: SearchSpace) -> Iterator[dict[str, Any]]:
     yield from walk(0, {})
 
 
-def find_optimum(space: SearchSpace, oracle: Oracle) -> Optimum:
+def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = None) -> Optimum:
+    """The best configuration of ``space`` by ``oracle``, skipping what ``engine``'s rules refuse
+    (the space's own engine when not given)."""
+    engine = engine or create_engine(space.engine)
     maximize = space.objective.direction == "maximize"
     statuses: Counter[str] = Counter()
     values: list[float] = []
@@ -65,7 +69,7 @@ def find_optimum(space: SearchSpace, oracle: Oracle) -> Optimum:
     for params in grid(space):
         count += 1
         config = space.config_for(params)
-        refused = check_rules(config)
+        refused = engine.check_rules(config)
         if refused is not None:
             statuses[f"refused:{refused.category}"] += 1
             continue

@@ -6,20 +6,32 @@ that decides a crash, plus the benchmark of a measured configuration, plus stopp
 GPU hours are that time multiplied by the number of GPUs of the profile. A measured value carries
 the measurement noise of a real run (a seeded multiplicative error, 2% by default), so samplers
 are compared on what they would have seen; the optimum is the noise-free value.
+
+:class:`OracleEvaluator` is the oracle behind the study loop's evaluator seam
+(:class:`~autotune.study._evaluate.TrialEvaluator`): ``autotune bench search`` runs the loop of
+``autotune study start`` with it, so the benchmark measures the tuner itself.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from autotune._knobs import ServerConfig
 from autotune.bench import WorkloadSpec
 from autotune.sim import SimModel
+from autotune.study._evaluate import TrialContext, TrialEvaluator
+from autotune.study._record import METRIC_ATTRS, Outcome, TrialRecord
 
 #: Seconds to stop a server and see its GPUs released, per trial that launched one.
 STOP_S = 15.0
+
+#: Trial user attributes the oracle adds to what a real trial records: the GPU seconds the trial
+#: was charged (per GPU) and the configuration's noise-free value.
+GPU_S_ATTR = "oracle_gpu_s"
+TRUE_VALUE_ATTR = "oracle_true_value"
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,9 @@ class Answer:
     value: float | None
     startup_s: float
     benchmark_s: float
+    failure_line: str | None = None
+    #: The figures a trial records (:data:`~autotune.study._record.METRIC_ATTRS`), noise-free.
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -53,11 +68,21 @@ class Oracle:
     def _answer(self, config: ServerConfig) -> Answer:
         verdict = self.model.evaluate(config, self.workload)
         value = None
+        metrics: dict[str, float | None] = {}
         if verdict.status == "ok":
             value = getattr(verdict, self.metric, None)
             if value is None:
                 value = verdict.details.get(self.metric)
-        return Answer(verdict.status, value, verdict.startup_s, verdict.benchmark_s or 0.0)
+            metrics = {name: getattr(verdict, name, None) for name in METRIC_ATTRS}
+            metrics[self.metric] = value
+        return Answer(
+            verdict.status,
+            value,
+            verdict.startup_s,
+            verdict.benchmark_s or 0.0,
+            verdict.failure_line,
+            metrics,
+        )
 
     def measure(self, config: ServerConfig, *, noise: float, rng: random.Random) -> Answer:
         """The answer as one noisy measurement would report it."""
@@ -65,7 +90,50 @@ class Oracle:
         if answer.value is None or noise <= 0:
             return answer
         factor = max(0.5, rng.gauss(1.0, noise))
-        return Answer(answer.status, answer.value * factor, answer.startup_s, answer.benchmark_s)
+        value = answer.value * factor
+        metrics = {**answer.metrics, self.metric: value}
+        return Answer(
+            answer.status,
+            value,
+            answer.startup_s,
+            answer.benchmark_s,
+            answer.failure_line,
+            metrics,
+        )
 
     def gpu_hours(self, seconds: float) -> float:
         return seconds * self.gpus / 3600.0
+
+
+class OracleEvaluator(TrialEvaluator):
+    """Trials answered by the oracle: one noisy measurement each, charged its GPU time.
+
+    One evaluator per study: its noise is seeded by the study's seed and drawn once per trial
+    that the loop lets run (refused trials cost nothing and draw nothing). The record carries
+    what a real trial records (outcome, the line that decided a crash, start-up and benchmark
+    seconds, the measured figures) plus :data:`GPU_S_ATTR` and :data:`TRUE_VALUE_ATTR` for the
+    benchmark's bookkeeping.
+    """
+
+    def __init__(self, oracle: Oracle, *, seed: int, noise: float = 0.02) -> None:
+        self.oracle = oracle
+        self.noise = noise
+        self.rng = random.Random(f"{seed}:noise")
+
+    def evaluate(self, config: ServerConfig, context: TrialContext) -> TrialRecord:
+        answer = self.oracle.measure(config, noise=self.noise, rng=self.rng)
+        outcome = Outcome(answer.status)
+        measured = outcome is Outcome.OK
+        return TrialRecord(
+            outcome=outcome,
+            role=context.role,
+            failure_line=answer.failure_line,
+            startup_s=answer.startup_s,
+            benchmark_s=answer.benchmark_s if measured else None,
+            value=answer.value,
+            metrics=dict(answer.metrics),
+            extra={
+                GPU_S_ATTR: answer.seconds,
+                TRUE_VALUE_ATTR: self.oracle.answer(config).value,
+            },
+        )

@@ -3,9 +3,11 @@
 This is the one part of autotune that owns subprocesses. A server runs in its own session with
 its output in a log file (:class:`ServerProcess`); :func:`wait_for_startup` follows that log and
 decides ready, crashed or timed out as soon as it can; stopping signals the process group and
-every descendant, TERM then KILL. :class:`ProcessIdentity` records a launch so that a resumed
-study can stop a server left behind by a tuner that was killed; :class:`GpuMonitor` confirms
-that a stopped server's GPU memory was freed; the port functions pick and check ports.
+every descendant, TERM then KILL. What readiness looks like (:class:`Readiness`: ready lines and
+HTTP probes) and what a crash looks like (a :class:`LineClassifier`) are the engine's, passed in
+by the caller. :class:`ProcessIdentity` records a launch so that a resumed study can stop a
+server left behind by a tuner that was killed; :class:`GpuMonitor` confirms that a stopped
+server's GPU memory was freed; the port functions pick and check ports.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from autotune.server._identity import (
     identity_of,
     stop_identity,
 )
+from autotune.server._outcome import ProcessOutcome, signal_name
 from autotune.server._ports import find_free_port, port_in_use, wait_port_released
-from autotune.server._process import ProcessOutcome, ServerProcess, signal_name
+from autotune.server._process import ServerProcess
 from autotune.server._startup import (
     Classification,
     LineClassifier,
+    Probe,
+    Readiness,
     StartupResult,
     StartupStatus,
     wait_for_startup,
@@ -38,8 +43,10 @@ __all__ = [
     "GpuUsage",
     "LineClassifier",
     "LogFollower",
+    "Probe",
     "ProcessIdentity",
     "ProcessOutcome",
+    "Readiness",
     "ServerProcess",
     "StartupResult",
     "StartupStatus",

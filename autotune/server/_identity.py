@@ -19,14 +19,12 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psutil
 
 from autotune._errors import StorageError
-
-if TYPE_CHECKING:
-    from autotune.server._process import ProcessOutcome, ServerProcess
+from autotune.server._outcome import ProcessOutcome
 
 #: Environment variable set in every server's environment; its value is unique per launch.
 TOKEN_ENV = "AUTOTUNE_SERVER_TOKEN"
@@ -105,7 +103,24 @@ def argv_digest(argv: Sequence[str]) -> str:
     return hashlib.sha256("\0".join(argv).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def identity_of(proc: ServerProcess) -> ProcessIdentity:
+class _Running(Protocol):
+    """What :func:`identity_of` reads of a started server (a :class:`ServerProcess`)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def pgid(self) -> int: ...
+    @property
+    def create_time(self) -> float: ...
+    @property
+    def port(self) -> int | None: ...
+    @property
+    def argv(self) -> Sequence[str]: ...
+    @property
+    def token(self) -> str: ...
+
+
+def identity_of(proc: _Running) -> ProcessIdentity:
     """The record of a running server, to store before waiting on it."""
     return ProcessIdentity(
         pid=proc.pid,
@@ -147,8 +162,6 @@ def stop_identity(
     stopped even when the main process is gone. A process that merely reuses the recorded pid is
     never touched. ``None`` when nothing of the server runs on this host.
     """
-    from autotune.server._process import ProcessOutcome
-
     if identity.hostname != socket.gethostname():
         return None
     tree = ProcessTree(

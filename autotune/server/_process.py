@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -18,42 +16,10 @@ import psutil
 
 from autotune._errors import ServerError
 from autotune.server._identity import TOKEN_ENV, ProcessTree, StopReport
+from autotune.server._outcome import ProcessOutcome, signal_name
 
 if TYPE_CHECKING:
-    from autotune.engines._spec import LaunchSpec
-
-
-@dataclass(frozen=True)
-class ProcessOutcome:
-    """How a server's process tree ended.
-
-    ``exit_code`` is the main process's status as :mod:`subprocess` reports it (negative: the
-    number of the signal that ended it), or ``None`` when it is not known (a process that is not
-    a child of this one, or one that could not be reaped). ``signal`` names that signal.
-    ``elapsed_s`` is how long stopping took, ``runtime_s`` the time from launch to the end of the
-    stop (``None`` when the launch time is not known). ``forced`` says SIGKILL was needed;
-    ``survivors`` lists processes still alive after it (normally none); ``pids`` every process of
-    the tree that was seen while stopping.
-    """
-
-    exit_code: int | None
-    signal: str | None
-    elapsed_s: float
-    log_path: Path | None
-    forced: bool
-    survivors: tuple[int, ...] = ()
-    pids: tuple[int, ...] = ()
-    runtime_s: float | None = None
-
-
-def signal_name(returncode: int | None) -> str | None:
-    """``"SIGKILL"`` for a return code of -9, ``None`` for a normal exit or an unknown one."""
-    if returncode is None or returncode >= 0:
-        return None
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
+    from autotune._launch import LaunchSpec
 
 
 def _always() -> bool:
@@ -134,7 +100,7 @@ class ServerProcess:
             ServerError: the command cannot be started (executable missing or not executable,
                 working directory missing, log file not writable).
         """
-        from autotune.engines._redact import redact_argv
+        from autotune._redact import redact_argv
 
         args = tuple(str(a) for a in argv)
         path = Path(log_path)

@@ -17,6 +17,35 @@ if TYPE_CHECKING:
 StartupStatus = Literal["ready", "crashed", "exited", "timeout", "interrupted"]
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One HTTP check of readiness: ``GET path`` must answer 200.
+
+    ``json_object``: the answer must also be a JSON object. ``needs_key``: the route wants the
+    server's API key, so a 401 or 403 is explained as a missing or refused key.
+    """
+
+    path: str
+    json_object: bool = False
+    needs_key: bool = False
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How an engine's server says it is ready, as its adapter describes it.
+
+    A log line that contains one of ``ready_lines`` says the server reports itself ready; the
+    ``probes`` then confirm it over HTTP, in order, each of them asked again until it passes.
+    """
+
+    ready_lines: tuple[str, ...]
+    probes: tuple[Probe, ...]
+
+    def is_ready_line(self, line: str) -> bool:
+        """Whether ``line`` is one of the engine's ready lines."""
+        return any(text in line for text in self.ready_lines)
+
+
 class Classification(Protocol):
     """A verdict on a log: a crash category, the line that shows it, whether it is a crash."""
 
@@ -71,7 +100,7 @@ def wait_for_startup(
     proc: ServerProcess,
     *,
     classifier: LineClassifier,
-    is_ready_line: Callable[[str], bool],
+    readiness: Readiness,
     url: str,
     timeout_s: float,
     poll_interval_s: float = 0.05,
@@ -86,11 +115,13 @@ def wait_for_startup(
 
     Every new log line goes to ``on_line`` and to ``classifier``; a line it calls a crash ends
     the wait at once (the process is left running: stopping it is the caller's ``with``). An
-    exit lets ``classifier.finish()`` judge the whole log. After the ready line (``is_ready_line``)
-    readiness is confirmed over HTTP at ``url``: ``GET /health_generate`` must answer 200 (it is
-    asked again every ``probe_interval_s`` until it does) and ``GET /get_model_info`` must answer
-    200 with a JSON object. With ``require_ready_line=False`` (a server whose log is not visible,
-    behind a launch prefix) the HTTP checks run from the start and suffice. ``timeout_s`` counts
+    exit lets ``classifier.finish()`` judge the whole log. After a ready line of ``readiness``
+    (the engine's: for SGLang "The server is fired up and ready to roll!") readiness is
+    confirmed over HTTP at ``url`` by ``readiness.probes`` (for SGLang ``GET /health_generate``
+    must answer 200, asked again every ``probe_interval_s`` until it does, then
+    ``GET /get_model_info`` 200 with a JSON object). With ``require_ready_line=False`` (a server
+    whose log is not visible, behind a launch prefix) the HTTP checks run from the start and
+    suffice. ``timeout_s`` counts
     from the launch. ``api_key``: the server's ``--api-key``, sent as ``Authorization: Bearer``.
     ``cancelled`` is asked at every poll (``poll_interval_s``): once it answers True the wait
     ends with status ``interrupted`` (a stop was asked for; the process is left running, for
@@ -130,7 +161,7 @@ def wait_for_startup(
             verdict = classifier.feed(line)
             if verdict is not None and verdict.is_crash:
                 return verdict
-            if not ready_line_seen and is_ready_line(line):
+            if not ready_line_seen and readiness.is_ready_line(line):
                 ready_line_seen = True
         return None
 
@@ -179,9 +210,11 @@ def wait_for_startup(
                 return _timed_out(result, follower, ready_line_seen, probe_failure, timeout_s)
             if ready_line_seen and now >= next_probe:
                 budget = max(min(health_timeout_s, deadline - now), 0.05)
-                failure = _probe(client, url, budget, api_key)
+                failure = _probe(client, url, readiness.probes, budget, api_key)
                 if failure is None:
-                    return result("ready", None, None, "ready: /health_generate answered 200")
+                    probes = readiness.probes
+                    said = f"{probes[0].path} answered 200" if probes else "the ready line seen"
+                    return result("ready", None, None, f"ready: {said}")
                 probe_failure = failure
                 next_probe = time.monotonic() + probe_interval_s
             wake = min(deadline, next_probe) if ready_line_seen else deadline
@@ -221,33 +254,36 @@ def _check_url(url: str) -> None:
 
 
 def _probe(
-    client: httpx.Client, url: str, timeout_s: float, api_key: str | None = None
+    client: httpx.Client,
+    url: str,
+    probes: tuple[Probe, ...],
+    timeout_s: float,
+    api_key: str | None = None,
 ) -> str | None:
-    """None when the server answers both readiness checks; otherwise what went wrong.
+    """None when the server answers every readiness probe; otherwise what went wrong.
 
-    With ``api_key`` (the server's ``--api-key``) both requests carry ``Authorization: Bearer
-    KEY``, as SGLang requires on every route but ``/health*`` and ``/metrics``.
+    With ``api_key`` (the server's ``--api-key``) every request carries ``Authorization: Bearer
+    KEY`` (SGLang wants it on every route but ``/health*`` and ``/metrics``).
     """
     import httpx
 
     base = url.rstrip("/")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    try:
-        health = client.get(f"{base}/health_generate", timeout=timeout_s, headers=headers)
-        if health.status_code != 200:
-            return f"GET /health_generate answered {health.status_code}"
-        info = client.get(f"{base}/get_model_info", timeout=timeout_s, headers=headers)
-    except httpx.HTTPError as e:
-        return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-    if info.status_code in (401, 403):
-        why = "the API key was refused" if api_key else "the server wants an API key"
-        return f"GET /get_model_info answered {info.status_code} ({why})"
-    if info.status_code != 200:
-        return f"GET /get_model_info answered {info.status_code}"
-    try:
-        body = info.json()
-    except ValueError:
-        return "GET /get_model_info did not answer JSON"
-    if not isinstance(body, dict):
-        return "GET /get_model_info did not answer a JSON object"
+    for probe in probes:
+        try:
+            answer = client.get(f"{base}{probe.path}", timeout=timeout_s, headers=headers)
+        except httpx.HTTPError as e:
+            return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        if probe.needs_key and answer.status_code in (401, 403):
+            why = "the API key was refused" if api_key else "the server wants an API key"
+            return f"GET {probe.path} answered {answer.status_code} ({why})"
+        if answer.status_code != 200:
+            return f"GET {probe.path} answered {answer.status_code}"
+        if probe.json_object:
+            try:
+                body = answer.json()
+            except ValueError:
+                return f"GET {probe.path} did not answer JSON"
+            if not isinstance(body, dict):
+                return f"GET {probe.path} did not answer a JSON object"
     return None

@@ -8,8 +8,16 @@ paced by :class:`SimModel`; ``autotune sim eval`` asks the model directly, witho
 from __future__ import annotations
 
 from autotune.sim._args import DEFAULT_PROFILE, DIALECTS
-from autotune.sim._faults import FaultPlan
+from autotune.sim._faults import FaultPlan, parse_fault
 from autotune.sim._model import SimModel
 from autotune.sim._profile import Profile, load_profile
 
-__all__ = ["DEFAULT_PROFILE", "DIALECTS", "FaultPlan", "Profile", "SimModel", "load_profile"]
+__all__ = [
+    "DEFAULT_PROFILE",
+    "DIALECTS",
+    "FaultPlan",
+    "Profile",
+    "SimModel",
+    "load_profile",
+    "parse_fault",
+]

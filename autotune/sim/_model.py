@@ -12,8 +12,8 @@ import random
 from collections.abc import Mapping
 
 from autotune._knobs import ServerConfig
-from autotune.bench._metrics import percentile
-from autotune.bench._workload import WorkloadSpec
+from autotune._stats import percentile
+from autotune._workload import WorkloadSpec
 from autotune.sim._acceptance import AcceptanceModel
 from autotune.sim._engine import ServingEngine
 from autotune.sim._memory import max_bs_of

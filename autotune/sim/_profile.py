@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import yaml
 
 from autotune._errors import ConfigError
-from autotune.bench._workload import WorkloadSpec
+from autotune._workload import WorkloadSpec
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 

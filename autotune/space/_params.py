@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from autotune._document import MAX_STRING_CHARS, Section, as_number, number_hint, suggest
 from autotune._errors import ConfigError
 from autotune._knobs import ALLREDUCE_MODES, ServerConfig
-from autotune.space._loader import MAX_STRING_CHARS, Section, as_number, number_hint, suggest
 
 if TYPE_CHECKING:
     import optuna
@@ -375,7 +375,7 @@ def value_problem(raw: Any) -> tuple[str, str] | None:
     """Why ``raw`` cannot be a knob's value whatever the knob (message, hint), or None.
 
     Numbers must be finite and within :data:`MAX_MAGNITUDE`; text must have no NUL character
-    and at most :data:`~autotune.space._loader.MAX_STRING_CHARS` characters.
+    and at most :data:`~autotune._document.MAX_STRING_CHARS` characters.
     """
     if isinstance(raw, bool):
         return None

@@ -10,16 +10,23 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autotune._document import MAX_TEXT_CHARS, Document, Section, load_document, suggest
 from autotune._errors import ConfigError
 from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
-from autotune.bench._workload import WorkloadSpec
-from autotune.engines._spec import ENGINE_KINDS, EngineSpec, SimOptions, Timeouts
-from autotune.space._loader import MAX_TEXT_CHARS, Document, Section, load_document, suggest
+from autotune._launch import Timeouts
+from autotune._workload import WorkloadSpec
+from autotune.engines import (
+    Engine,
+    EngineSpec,
+    SimOptions,
+    create_engine,
+    engine_class,
+    engine_kinds,
+)
 from autotune.space._params import (
     ENGINE_KNOBS,
     ParamSpec,
@@ -27,7 +34,7 @@ from autotune.space._params import (
     parse_param,
     value_problem,
 )
-from autotune.space._rules import check_rules, check_shape
+from autotune.space._shape import check_shape
 from autotune.space._space import MAX_DESCRIPTION_CHARS, SearchSpace, parse_objective
 
 _TOP = ("name", "description", "engine", "workload", "objective", "fixed", "parameters", "enqueue")
@@ -58,29 +65,6 @@ MAX_TOTAL_TOKENS = 10**9
 MAX_PROMPTS = 10**6
 MAX_CONCURRENCY = 100_000
 MAX_REPEATS = 1000
-#: SGLang flags autotune sets itself, and the key of the space file that decides each.
-_OWNED_FLAGS = {
-    "--model-path": "engine.model_path",
-    "--model": "engine.model_path",
-    "--speculative-draft-model-path": "engine.draft_model_path",
-    "--speculative-draft-model": "engine.draft_model_path",
-    "--tp-size": "engine.tp_size",
-    "--tp": "engine.tp_size",
-    "--tensor-parallel-size": "engine.tp_size",
-    "--host": "engine.host",
-    "--port": "engine.port",
-    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",
-    "--disable-custom-all-reduce": "allreduce",
-    "--enable-torch-symm-mem": "allreduce",
-    "--enable-symm-mem": "allreduce",
-    "--enable-mscclpp": "allreduce",
-    "--enable-flashinfer-allreduce-fusion": "allreduce",
-    **{
-        "--" + k.replace("_", "-"): k
-        for k in ServerConfig.knob_names()
-        if k not in ("allreduce", "tp_size")
-    },
-}
 
 
 def load_space(path: str | os.PathLike[str]) -> SearchSpace:
@@ -118,7 +102,8 @@ def parse_space(
     base = Path.cwd() if base_dir is None else base_dir
     fixed = _parse_fixed(root.section("fixed"))
     params = _parse_parameters(root, fixed)
-    engine = _parse_engine(root.section("engine"), base)
+    spec = _parse_engine(root.section("engine"), base)
+    engine = create_engine(spec)
     check_shape(root, engine, fixed, params)
     workload = _parse_workload(doc, root, base)
     objective = parse_objective(root.section("objective"))
@@ -127,13 +112,13 @@ def parse_space(
     return SearchSpace(
         name=_parse_name(root, source),
         source=source,
-        engine=engine,
+        engine=spec,
         workload=workload,
         objective=objective,
         fixed=fixed,
         parameters=params,
         baseline=_parse_baseline(enqueue),
-        enqueued=_parse_enqueued(enqueue, fixed, params, engine.tp_size),
+        enqueued=_parse_enqueued(enqueue, fixed, params, engine),
         description=root.string("description", limit=MAX_DESCRIPTION_CHARS),
     )
 
@@ -207,22 +192,18 @@ def _value(sec: Section, key: Any, knob: str, raw: Any) -> Any:
 def _parse_engine(sec: Section, base: Path) -> EngineSpec:
     sec.check_keys(_ENGINE)
     kind = sec.get("kind", "sim")
-    if kind not in ENGINE_KINDS:
+    if kind not in engine_kinds():
         raise sec.error(
-            f"unknown engine kind {kind!r}", "kind", hint="allowed: " + ", ".join(ENGINE_KINDS)
+            f"unknown engine kind {kind!r}", "kind", hint="allowed: " + ", ".join(engine_kinds())
         )
+    adapter = engine_class(kind)
     prefix = sec.strings("launch_prefix")
-    check = sec.boolean("check_paths", True) and kind == "sglang"
-    model = sec.string("model_path", None if kind == "sglang" else EngineSpec.model_path)
+    check = sec.boolean("check_paths", True)
+    model = sec.string("model_path", adapter.default_model_path)
     if model is None:
         raise sec.error("missing key 'model_path'", hint="the directory or hub id of the model")
     draft = sec.string("draft_model_path")
-    if check:
-        model = _local_dir(sec, "model_path", model, base)
-        draft = None if draft is None else _local_dir(sec, "draft_model_path", draft, base)
     python = sec.string("python")
-    if python is not None and kind == "sglang" and not prefix:
-        python = _interpreter(sec, python, base, check)
     env = sec.section("env")
     env_out: dict[str, str] = {}
     for key, raw in env.data.items():
@@ -247,11 +228,11 @@ def _parse_engine(sec: Section, base: Path) -> EngineSpec:
             )
         env_out[key] = str(raw)
     extra = sec.strings("extra_args")
-    _check_extra_args(sec, extra)
+    _check_extra_args(sec, extra, adapter)
     host, expose = _parse_host(sec)
     version = sec.string("sglang_version")
     tp_size = sec.integer("tp_size", 1, minimum=1, maximum=MAX_TP_SIZE)
-    return EngineSpec(
+    spec = EngineSpec(
         kind=kind,
         model_path=model,
         draft_model_path=draft,
@@ -264,40 +245,17 @@ def _parse_engine(sec: Section, base: Path) -> EngineSpec:
         extra_args=extra,
         env=env_out,
         sglang_version=version,
-        check_paths=sec.boolean("check_paths", True),
+        check_paths=check,
         timeouts=_parse_timeouts(sec.section("timeouts")),
-        sim=_parse_sim(sec.section("sim"), kind=kind, tp_size=tp_size),
+        sim=_parse_sim(sec.section("sim")),
     )
+    return adapter.read_section(sec, spec, base=base)
 
 
-def owned_flag(arg: str) -> tuple[str, str] | None:
-    """The flag autotune sets that ``arg`` (``--name`` or ``--name=value``) would set, and the
-    key of the space that decides it; None for any other word.
-
-    argparse (SGLang's and the simulated server's parser) accepts any unambiguous prefix of a
-    flag (``--hos`` is ``--host``), so a word that is not exactly a known flag of its own and is
-    a prefix of an owned flag counts as that flag.
-    """
-    name = arg.split("=", 1)[0]
-    if not name.startswith("--") or len(name) <= 2:
-        return None
-    if name in _OWNED_FLAGS:
-        return name, _OWNED_FLAGS[name]
-    if name in _known_flags():
-        return None
-    hits = sorted(flag for flag in _OWNED_FLAGS if flag.startswith(name))
-    return (hits[0], _OWNED_FLAGS[hits[0]]) if hits else None
-
-
-def _known_flags() -> frozenset[str]:
-    from autotune.engines._dialects import emitted_flags
-
-    return frozenset(emitted_flags())
-
-
-def _check_extra_args(sec: Section, extra: tuple[str, ...]) -> None:
+def _check_extra_args(sec: Section, extra: tuple[str, ...], adapter: type[Engine]) -> None:
+    """Refuse an extra argument that sets what the tuner sets (the engine knows its flags)."""
     for i, arg in enumerate(extra):
-        found = owned_flag(arg)
+        found = adapter.owned_flag(arg)
         if found is None:
             continue
         flag, owner = found
@@ -352,37 +310,6 @@ def _parse_host(sec: Section) -> tuple[str, bool]:
     return host, expose
 
 
-def _local_dir(sec: Section, key: str, raw: str, base: Path) -> str:
-    path = Path(raw).expanduser()
-    if not path.is_absolute():
-        path = base / path
-    if not path.is_dir():
-        raise sec.error(
-            f"{key} {str(path)!r} is not a directory on this machine",
-            key,
-            hint="for a hub id or a path on a remote box (launch_prefix), set check_paths: false",
-        )
-    return str(path)
-
-
-def _interpreter(sec: Section, raw: str, base: Path, check: bool) -> str:
-    """A path (relative ones from the space's directory) or a name looked up on PATH."""
-    if "/" in raw:
-        path = Path(raw).expanduser()
-        resolved = str(path if path.is_absolute() else base / path)
-        found = Path(resolved).is_file()
-    else:
-        resolved = raw
-        found = shutil.which(raw) is not None
-    if check and not found:
-        raise sec.error(
-            f"python interpreter {resolved!r} not found",
-            "python",
-            hint="name the bin/python of the environment SGLang is installed in",
-        )
-    return resolved
-
-
 def _parse_timeouts(sec: Section) -> Timeouts:
     sec.check_keys(_TIMEOUTS)
     defaults = Timeouts()
@@ -394,11 +321,13 @@ def _parse_timeouts(sec: Section) -> Timeouts:
     )
 
 
-def _parse_sim(sec: Section, *, kind: str = "sim", tp_size: int = 1) -> SimOptions:
+def _parse_sim(sec: Section) -> SimOptions:
+    """``engine.sim``, read for every kind (``--engine sim`` may run any space); the simulated
+    engine checks that it can run it (:meth:`SimEngine.read_section`)."""
     sec.check_keys(_SIM)
     d = SimOptions()
     low, high = SIM_TIME_SCALE
-    options = SimOptions(
+    return SimOptions(
         profile=sec.string("profile", d.profile),
         dialect=sec.string("dialect", d.dialect),
         time_scale=sec.number("time_scale", d.time_scale, minimum=low, maximum=high),
@@ -406,11 +335,6 @@ def _parse_sim(sec: Section, *, kind: str = "sim", tp_size: int = 1) -> SimOptio
         seed=sec.integer("seed", None, minimum=0, maximum=MAX_SEED),
         faults=sec.strings("faults"),
     )
-    if kind == "sim":
-        from autotune.engines._sim import check_sim_options
-
-        check_sim_options(options, sec, tp_size=tp_size)
-    return options
 
 
 def _parse_workload(doc: Document, root: Section, base: Path) -> WorkloadSpec:
@@ -496,7 +420,7 @@ def _parse_baseline(sec: Section) -> dict[str, Any] | None:
 
 
 def _parse_enqueued(
-    sec: Section, fixed: Mapping[str, Any], params: tuple[ParamSpec, ...], tp_size: int
+    sec: Section, fixed: Mapping[str, Any], params: tuple[ParamSpec, ...], engine: Engine
 ) -> tuple[dict[str, Any], ...]:
     raw = sec.get("configs") or []
     if not isinstance(raw, list):
@@ -506,12 +430,12 @@ def _parse_enqueued(
         path = (*sec.path, "configs", i)
         if not isinstance(item, dict):
             raise sec.doc.error("an enqueued config must be a mapping of knobs", path)
-        out.append(_enqueued(Section(sec.doc, path, item), fixed, params, tp_size))
+        out.append(_enqueued(Section(sec.doc, path, item), fixed, params, engine))
     return tuple(out)
 
 
 def _enqueued(
-    c: Section, fixed: Mapping[str, Any], params: tuple[ParamSpec, ...], tp_size: int
+    c: Section, fixed: Mapping[str, Any], params: tuple[ParamSpec, ...], engine: Engine
 ) -> dict[str, Any]:
     tuned = {p.name: p for p in params}
     for knob, raw in c.data.items():
@@ -546,7 +470,8 @@ def _enqueued(
                 hint=f"{p.name} is {p.describe()}",
             )
         values[p.name] = value
-    refusal = check_rules(ServerConfig.from_params({**fixed, **values, "tp_size": tp_size}))
+    config = ServerConfig.from_params({**fixed, **values, "tp_size": engine.spec.tp_size})
+    refusal = engine.check_rules(config)
     if refusal is not None:
         raise c.error(
             f"SGLang would not run this config as written: {refusal.reason}",

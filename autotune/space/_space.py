@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from autotune._document import Section, suggest
 from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
-from autotune.bench._workload import WorkloadSpec
-from autotune.engines._spec import EngineSpec
-from autotune.space._loader import Section, suggest
+from autotune._workload import WorkloadSpec
+from autotune.engines import EngineSpec, engine_class
 from autotune.space._params import ParamSpec, same_value
 
 if TYPE_CHECKING:
@@ -236,10 +236,9 @@ class SearchSpace:
                 text = text[:SHOWN_DESCRIPTION_CHARS] + " [...]"
             lines.append(textwrap.fill(text, 96, initial_indent="  ", subsequent_indent="  "))
         engine = f"engine:     {e.kind}"
-        if e.kind == "sim":
-            engine += f" (profile {e.sim.profile}, SGLang {e.sim.dialect} flags)"
-        elif e.sglang_version:
-            engine += f" (SGLang {e.sglang_version} flags)"
+        note = engine_class(e.kind).spec_note(e)
+        if note:
+            engine += f" ({note})"
         lines.append(f"{engine}, model {e.model_path}, tp {e.tp_size}")
         if e.draft_model_path:
             lines.append(f"            draft {e.draft_model_path}")

@@ -7,7 +7,7 @@ with server logs and raw benchmark results as artifacts, for optuna-dashboard an
 
 from __future__ import annotations
 
-from autotune.study._record import CRASH_OUTCOMES, INFEASIBLE, OK, TIMEOUT, TrialRecord
+from autotune.study._record import CRASH_OUTCOMES, Outcome, TrialRecord
 from autotune.study._runner import StudySummary, resume_study, start_study
 from autotune.study._sampler import SAMPLERS, AutotuneSampler, build_sampler
 from autotune.study._setup import StudyOptions
@@ -15,11 +15,9 @@ from autotune.study._storage import StudyPaths, open_storage, study_paths
 
 __all__ = [
     "CRASH_OUTCOMES",
-    "INFEASIBLE",
-    "OK",
     "SAMPLERS",
-    "TIMEOUT",
     "AutotuneSampler",
+    "Outcome",
     "StudyOptions",
     "StudyPaths",
     "StudySummary",

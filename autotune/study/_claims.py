@@ -22,7 +22,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +30,15 @@ import psutil
 from autotune._errors import StorageError
 from autotune.engines import Timeouts
 from autotune.server import ProcessIdentity, stop_identity
-from autotune.study._record import INTERRUPTED, SURPLUS, SYS_PROCESS, SYS_RERUN_OF, SYS_TUNER
-from autotune.study._storage import retry_locked
+from autotune.study._optuna import (
+    fail_trial,
+    fixed_params,
+    get_trial,
+    set_trial_system_attr,
+    set_trial_user_attr,
+    trial_id_of,
+)
+from autotune.study._record import SYS_PROCESS, SYS_RERUN_OF, SYS_TUNER, Outcome
 
 if TYPE_CHECKING:
     import optuna
@@ -157,10 +163,9 @@ def claim(study: optuna.Study, trial_id: int, target: int, timeouts: Timeouts) -
     False when finished trials and other live tuners' trials already cover ``target``: the
     trial is then given back unrun (see :func:`release_surplus`).
     """
-    storage = study._storage
-    retry_locked(lambda: storage.set_trial_system_attr(trial_id, SYS_TUNER, tuner_identity()))
-    trial = storage.get_trial(trial_id)
-    claims = retry_locked(lambda: count_claims(study, timeouts, exclude=trial.number), what="read")
+    set_trial_system_attr(study, trial_id, SYS_TUNER, tuner_identity())
+    trial = get_trial(study, trial_id)
+    claims = count_claims(study, timeouts, exclude=trial.number)
     if claims.total < target:
         return True
     log.info("trial %d not needed: other workers run the study's last trials", trial.number)
@@ -187,9 +192,7 @@ def recover_stale(
     from optuna.trial import TrialState
 
     def stale() -> list[optuna.trial.FrozenTrial]:
-        running = retry_locked(
-            lambda: study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)), what="read"
-        )
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if dead_only:
             return [t for t in running if dead_here(t.system_attrs.get(SYS_TUNER))]
         return [t for t in running if not held_by_live_tuner(t)]
@@ -220,18 +223,16 @@ def rerun_then_fail(study: optuna.Study, trial: optuna.trial.FrozenTrial, reason
     order: a kill between leaves the re-run queued, and :func:`requeue` never queues it twice).
     Returns the trial's role."""
     from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
 
-    from autotune.study._setup import pause_at
+    from autotune.study._hooks import pause_at
 
-    storage = study._storage
     role = str(trial.user_attrs.get("role") or "search")
-    requeue(study, configuration(trial), trial.number, role, trial_id=trial._trial_id)
+    requeue(study, configuration(trial), trial.number, role, trial_id=trial_id_of(trial))
     pause_at("requeued")  # test hook: a kill here must neither lose nor double the re-run
-    for key, value in (("outcome", INTERRUPTED), ("failure_line", reason)):
-        retry_locked(partial(storage.set_trial_user_attr, trial._trial_id, key, value))
+    for key, value in (("outcome", Outcome.INTERRUPTED.value), ("failure_line", reason)):
+        set_trial_user_attr(study, trial_id_of(trial), key, value)
     with contextlib.suppress(UpdateFinishedTrialError):  # another worker failed it meanwhile
-        retry_locked(partial(storage.set_trial_state_values, trial._trial_id, TrialState.FAIL))
+        fail_trial(study, trial_id_of(trial))
     return role
 
 
@@ -250,7 +251,7 @@ def requeue(
     the re-run's number (``autotune:rerun``). A baseline re-run goes before the other waiting
     trials: the runner asks for a waiting baseline first (see :func:`waiting_baseline`).
     """
-    for t in retry_locked(lambda: study.get_trials(deepcopy=False), what="read"):
+    for t in study.get_trials(deepcopy=False):
         if t.user_attrs.get(SYS_RERUN_OF) == number:
             rerun = t.number
             break
@@ -258,14 +259,14 @@ def requeue(
         baseline = role == "baseline"
         attrs: dict[str, Any] = {"role": "baseline" if baseline else "rerun", SYS_RERUN_OF: number}
         queued = {} if baseline else params
-        retry_locked(partial(study.enqueue_trial, queued, user_attrs=attrs, skip_if_exists=False))
+        study.enqueue_trial(queued, user_attrs=attrs, skip_if_exists=False)
         rerun = max(
             t.number
-            for t in retry_locked(lambda: study.get_trials(deepcopy=False), what="read")
+            for t in study.get_trials(deepcopy=False)
             if t.user_attrs.get(SYS_RERUN_OF) == number
         )
     if trial_id is not None:
-        retry_locked(partial(study._storage.set_trial_system_attr, trial_id, SYS_RERUN, rerun))
+        set_trial_system_attr(study, trial_id, SYS_RERUN, rerun)
     return rerun
 
 
@@ -280,7 +281,7 @@ def waiting_baseline(study: optuna.Study) -> int | None:
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     for i, t in enumerate(waiting):
         if t.user_attrs.get("role") == "baseline":
-            return t._trial_id if i > 0 else None
+            return trial_id_of(t) if i > 0 else None
     return None
 
 
@@ -327,30 +328,21 @@ def release_surplus(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> Non
     It is recorded as FAIL with the outcome ``surplus``; a configuration it took from the queue
     (the baseline, an enqueued or interrupted one) goes back to the queue.
     """
-    from optuna.trial import TrialState
-
-    fixed = trial.system_attrs.get("fixed_params")
-    if isinstance(fixed, dict):
-        attrs = dict(trial.user_attrs)
-        retry_locked(
-            lambda: study.enqueue_trial(dict(fixed), user_attrs=attrs, skip_if_exists=False)
-        )
-    storage = study._storage
-    retry_locked(partial(storage.set_trial_user_attr, trial._trial_id, "outcome", SURPLUS))
-    retry_locked(
-        partial(
-            storage.set_trial_user_attr,
-            trial._trial_id,
-            "failure_line",
-            "not run: the study's other workers were already running its last trials",
-        )
+    fixed = fixed_params(trial)
+    if fixed is not None:
+        study.enqueue_trial(fixed, user_attrs=dict(trial.user_attrs), skip_if_exists=False)
+    set_trial_user_attr(study, trial_id_of(trial), "outcome", Outcome.SURPLUS.value)
+    set_trial_user_attr(
+        study,
+        trial_id_of(trial),
+        "failure_line",
+        "not run: the study's other workers were already running its last trials",
     )
-    retry_locked(partial(storage.set_trial_state_values, trial._trial_id, TrialState.FAIL))
+    fail_trial(study, trial_id_of(trial))
 
 
 def configuration(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     """The searched knobs of a trial, also when it stopped before they were all suggested."""
-    fixed = trial.system_attrs.get("fixed_params")
-    params = dict(fixed) if isinstance(fixed, dict) else {}
+    params = fixed_params(trial) or {}
     params.update(trial.params)
     return params

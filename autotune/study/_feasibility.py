@@ -1,13 +1,13 @@
 """What the tuner knows, before launching, about configurations that cannot start.
 
-Four sources, cheapest first:
+Four sources, cheapest first, the first three the engine's (:class:`autotune.engines.Engine`):
 
-* SGLang's own argument rules (:func:`autotune.space.check_rules`);
+* the engine's own argument rules (:meth:`Engine.check_rules`);
 * the engine release: a knob it cannot express (:meth:`Engine.precheck`);
-* known incompatibilities of SGLang with the GPUs the engine reports: FlashInfer all-reduce
-  fusion only on SM90/SM100, torch symmetric memory only on SM90 (4, 6, 8 ranks) and SM100
-  (6, 8 ranks), NCCL Tree not under CUDA-graph capture; and a memory estimate from the weights'
-  size and the GPUs' memory (a static fraction that cannot even hold the weights);
+* known incompatibilities of the engine with the GPUs it reports
+  (:meth:`Engine.incompatibility`: for SGLang, all-reduce kernels by architecture and NCCL Tree
+  under CUDA-graph capture); and a memory estimate from the weights' size and the GPUs' memory
+  (:meth:`Engine.memory_need_gib`: a static fraction that cannot even hold the weights);
 * what the study has learned from its own crashes, attributed to the knobs that cause them:
   a KV-pool failure at fraction ``f`` means every fraction ``<= f`` fails too; a CUDA-graph
   capture out of memory at ``(f, max_bs, draft tokens, top-k)`` means every configuration at
@@ -18,14 +18,15 @@ Four sources, cheapest first:
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune._knobs import ServerConfig
 from autotune.engines import Engine, Hardware, Infeasible
-from autotune.space import SearchSpace, check_rules
-from autotune.study._record import CRASH_OUTCOMES, is_crash
+from autotune.space import SearchSpace
+from autotune.study._record import Outcome, outcome_of
 
 if TYPE_CHECKING:
     import optuna
@@ -34,12 +35,40 @@ if TYPE_CHECKING:
 _PLAIN_MODES = frozenset({"nccl", "custom", "nccl_ring"})
 
 
+class LessonKind(enum.Enum):
+    """What a learned rule rules out, and the knob a refusal by it blames."""
+
+    #: A KV pool that did not fit at fraction ``f``: every fraction ``<= f`` (same algorithm).
+    KV_BELOW = "kv_below"
+    #: A CUDA-graph capture out of memory: every configuration at least as large in each knob.
+    GRAPH_ABOVE = "graph_above"
+    #: An all-reduce mode that fails on these GPUs, whatever the other knobs.
+    MODE = "mode"
+    #: An all-reduce mode that fails under CUDA-graph capture.
+    MODE_GRAPHS = "mode_graphs"
+    #: Any other crash: that exact configuration only.
+    EXACT = "exact"
+
+    @property
+    def knob(self) -> str | None:
+        """The knob a refusal names (``None``: the whole configuration)."""
+        return _KNOBS.get(self)
+
+
+_KNOBS: dict[LessonKind, str] = {
+    LessonKind.KV_BELOW: "mem_fraction_static",
+    LessonKind.GRAPH_ABOVE: "mem_fraction_static",
+    LessonKind.MODE: "allreduce",
+    LessonKind.MODE_GRAPHS: "allreduce",
+}
+
+
 @dataclass(frozen=True)
 class _Lesson:
-    """One learned rule: ``kind`` and the values it is about."""
+    """One learned rule: ``kind``, the crash it was learned from, and the values it is about."""
 
-    kind: str  # "kv_below", "graph_above", "mode", "mode_graphs", "exact"
-    category: str
+    kind: LessonKind
+    category: Outcome
     trial: int
     values: tuple[Any, ...]
 
@@ -51,7 +80,7 @@ class Feasibility:
         self.space = space
         self.engine = engine
         self._hardware: Hardware | None = None
-        self._weights: tuple[float | None, float | None] | None = None
+        self._weights: dict[str, tuple[float | None, float | None]] = {}
         self._lessons: list[_Lesson] = []
 
     # --- what is known -------------------------------------------------------------------
@@ -62,63 +91,34 @@ class Feasibility:
         return self._hardware
 
     def weights(self, algorithm: str) -> tuple[float | None, float | None]:
-        if self._weights is None:
-            self._weights = self.engine.weights_gib(algorithm)
-        return self._weights
+        """The engine's weight sizes with ``algorithm``'s draft (read once per algorithm)."""
+        if algorithm not in self._weights:
+            self._weights[algorithm] = self.engine.weights_gib(algorithm)
+        return self._weights[algorithm]
 
     def check(
         self, config: ServerConfig, params: Mapping[str, Any] | None = None
     ) -> Infeasible | None:
         """Why ``config`` cannot start, or ``None`` when nothing known rules it out."""
         return (
-            check_rules(config)
+            self.engine.check_rules(config)
             or self.engine.precheck(config)
             or self.known(config)
             or self.learned(config, params)
         )
 
     def known(self, config: ServerConfig) -> Infeasible | None:
-        hw = self.hardware
-        tp = config.tp_size
-        cc = hw.compute_capability
-        if tp > 1 and cc is not None:
-            sm = f"SM{cc[0]}{cc[1]}"
-            if config.allreduce == "flashinfer_fusion" and cc[0] not in (9, 10):
-                return Infeasible(
-                    f"FlashInfer all-reduce fusion supports SM90 and SM100 only; "
-                    f"these GPUs are {sm}",
-                    "unsupported_arch",
-                    "allreduce",
-                )
-            symm = {9: (4, 6, 8), 10: (6, 8)}
-            if config.allreduce == "torch_symm_mem" and tp not in symm.get(cc[0], ()):
-                return Infeasible(
-                    f"torch symmetric memory all-reduce does not support {sm} with {tp} ranks "
-                    "(SM90: 4, 6, 8; SM100: 6, 8)",
-                    "unsupported_arch",
-                    "allreduce",
-                )
-        if tp > 1 and config.allreduce == "nccl_tree" and not config.disable_cuda_graph:
-            return Infeasible(
-                "NCCL_ALGO=Tree cannot be captured in CUDA graphs; it needs --disable-cuda-graph",
-                "graph_capture_other",
-                "allreduce",
-            )
-        return self._memory(config)
+        return self.engine.incompatibility(config, self.hardware) or self._memory(config)
 
     def _memory(self, config: ServerConfig) -> Infeasible | None:
         total = self.hardware.memory_gib
         fraction = config.mem_fraction_static
         if total is None or fraction is None:
             return None
-        target, draft = self.weights(config.speculative_algorithm)
-        if target is None:
+        weights = self.weights(config.speculative_algorithm)
+        need = self.engine.memory_need_gib(config, weights=weights)
+        if need is None:
             return None
-        tp = max(1, config.tp_size)
-        need = target / tp
-        if config.speculative and draft is not None:
-            # the simulated engine reports the draft head per GPU, a checkpoint its total
-            need += draft if self.engine.spec.kind == "sim" else draft / tp
         static = total * fraction
         if static <= need:
             return Infeasible(
@@ -130,11 +130,11 @@ class Feasibility:
         return None
 
     # --- what was learned ------------------------------------------------------------------
-    def learn(self, trials: Iterable[tuple[int, Mapping[str, Any], str]]) -> None:
+    def learn(self, trials: Iterable[tuple[int, Mapping[str, Any], Outcome]]) -> None:
         """Rebuild the learned rules from ``(trial number, params, outcome)`` of past trials."""
         self._lessons = []
         for number, params, outcome in trials:
-            lesson = self._lesson(number, params, outcome)
+            lesson = self._lesson(number, params, Outcome(outcome))
             if lesson is not None:
                 self._lessons.append(lesson)
 
@@ -142,37 +142,39 @@ class Feasibility:
         """Rebuild the learned rules from the crashed and refused trials of ``study``."""
         from optuna.trial import TrialState
 
+        pruned = study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
+        outcomes = ((t, outcome_of(t.user_attrs)) for t in pruned if t.params)
         self.learn(
-            (t.number, dict(t.params), str(t.user_attrs.get("outcome")))
-            for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
-            if t.params and is_crash(t.user_attrs.get("outcome"))
+            (t.number, dict(t.params), outcome)
+            for t, outcome in outcomes
+            if outcome is not None and outcome.unmeasurable
         )
 
     @property
     def lessons(self) -> int:
         return len(self._lessons)
 
-    def _lesson(self, number: int, params: Mapping[str, Any], outcome: str) -> _Lesson | None:
+    def _lesson(self, number: int, params: Mapping[str, Any], outcome: Outcome) -> _Lesson | None:
+        if not outcome.unmeasurable:  # a taken port: nothing to learn of the configuration
+            return None
         try:
             config = self.space.config_for(params)
         except Exception:  # a record from another space version: nothing to learn
             return None
-        if outcome == "oom_kv_pool" and config.mem_fraction_static is not None:
-            return _Lesson(
-                "kv_below",
-                outcome,
-                number,
-                (config.speculative_algorithm, config.mem_fraction_static),
-            )
-        if outcome == "oom_cuda_graph" and config.mem_fraction_static is not None:
-            return _Lesson("graph_above", outcome, number, _graph_point(config))
-        if outcome in ("unsupported_arch", "nccl_error") and config.allreduce not in _PLAIN_MODES:
-            return _Lesson("mode", outcome, number, (config.allreduce,))
-        if outcome == "graph_capture_other" and config.allreduce not in _PLAIN_MODES:
-            return _Lesson("mode_graphs", outcome, number, (config.allreduce,))
-        if outcome in CRASH_OUTCOMES:
+        fraction = config.mem_fraction_static
+        special = config.allreduce not in _PLAIN_MODES
+        if outcome is Outcome.OOM_KV_POOL and fraction is not None:
+            values = (config.speculative_algorithm, fraction)
+            return _Lesson(LessonKind.KV_BELOW, outcome, number, values)
+        if outcome is Outcome.OOM_CUDA_GRAPH and fraction is not None:
+            return _Lesson(LessonKind.GRAPH_ABOVE, outcome, number, _graph_point(config))
+        if outcome in (Outcome.UNSUPPORTED_ARCH, Outcome.NCCL_ERROR) and special:
+            return _Lesson(LessonKind.MODE, outcome, number, (config.allreduce,))
+        if outcome is Outcome.GRAPH_CAPTURE_OTHER and special:
+            return _Lesson(LessonKind.MODE_GRAPHS, outcome, number, (config.allreduce,))
+        if outcome.crashed:
             # any other crash: not blamed on one knob, only this exact configuration
-            return _Lesson("exact", outcome, number, (_key(params),))
+            return _Lesson(LessonKind.EXACT, outcome, number, (_key(params),))
         return None
 
     def learned(
@@ -181,25 +183,19 @@ class Feasibility:
         for lesson in self._lessons:
             reason = self._applies(lesson, config, params)
             if reason is not None:
-                knob = {
-                    "kv_below": "mem_fraction_static",
-                    "graph_above": "mem_fraction_static",
-                    "mode": "allreduce",
-                    "mode_graphs": "allreduce",
-                }.get(lesson.kind)
-                return Infeasible(reason, lesson.category, knob)
+                return Infeasible(reason, lesson.category.value, lesson.kind.knob)
         return None
 
     def _applies(
         self, lesson: _Lesson, config: ServerConfig, params: Mapping[str, Any] | None
     ) -> str | None:
         n = lesson.trial
-        if lesson.kind == "kv_below":
+        if lesson.kind is LessonKind.KV_BELOW:
             algorithm, fraction = lesson.values
             f = config.mem_fraction_static
             if f is not None and config.speculative_algorithm == algorithm and f <= fraction:
                 return f"trial {n}: the KV pool did not fit at mem_fraction_static={fraction}"
-        elif lesson.kind == "graph_above":
+        elif lesson.kind is LessonKind.GRAPH_ABOVE:
             f = config.mem_fraction_static
             if f is not None and all(
                 mine >= theirs
@@ -209,13 +205,17 @@ class Feasibility:
                     f"trial {n}: CUDA-graph capture ran out of memory with a configuration "
                     "no larger than this one"
                 )
-        elif lesson.kind == "mode":
+        elif lesson.kind is LessonKind.MODE:
             if config.allreduce == lesson.values[0]:
                 return f"trial {n}: all-reduce mode {config.allreduce} fails on these GPUs"
-        elif lesson.kind == "mode_graphs":
+        elif lesson.kind is LessonKind.MODE_GRAPHS:
             if config.allreduce == lesson.values[0] and not config.disable_cuda_graph:
                 return f"trial {n}: all-reduce mode {config.allreduce} fails under CUDA graphs"
-        elif lesson.kind == "exact" and params is not None and _key(params) == lesson.values[0]:
+        elif (
+            lesson.kind is LessonKind.EXACT
+            and params is not None
+            and _key(params) == lesson.values[0]
+        ):
             return f"trial {n} crashed ({lesson.category}) with exactly this configuration"
         return None
 

@@ -72,12 +72,16 @@ class StudyProgress:
     """A live line on a terminal (rich), plain lines on stderr otherwise.
 
     Everything autotune prints through rich is literal text: trial lines carry role tags such as
-    ``[baseline]`` that rich would otherwise read as markup and drop.
+    ``[baseline]`` that rich would otherwise read as markup and drop. ``quiet`` prints nothing
+    (the search benchmark's studies).
     """
 
-    def __init__(self, total: int, *, enabled: bool, title: str, console: Any = None) -> None:
+    def __init__(
+        self, total: int, *, enabled: bool, title: str, console: Any = None, quiet: bool = False
+    ) -> None:
         self.total = total
-        self.enabled = enabled
+        self.enabled = enabled and not quiet
+        self.quiet = quiet
         self.title = title
         self._progress: Any = None
         self._task: Any = None
@@ -133,7 +137,7 @@ class StudyProgress:
         if self._progress is not None:
             self._progress.update(self._task, completed=done, best=self._best(), phase="")
             self._progress.console.print(line, markup=False, highlight=False)
-        else:
+        elif not self.quiet:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
 

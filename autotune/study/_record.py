@@ -2,15 +2,19 @@
 
 Every finished trial carries these user attributes, whatever its outcome:
 
-``outcome``         ``ok``, a crash category (``oom_kv_pool``, ``oom_cuda_graph``, ...),
-                    ``infeasible`` (refused before launch), ``timeout``, ``interrupted``, or
-                    ``surplus`` (given back unrun: other workers held the study's last trials)
+``outcome``         ``ok``, a crash category (``oom_kv_pool``, ``oom_cuda_graph``, ...,
+                    ``port_in_use``), ``infeasible`` (refused before launch), ``timeout``,
+                    ``interrupted``, or ``surplus`` (given back unrun: other workers held the
+                    study's last trials); the values of :class:`Outcome`
 ``output_tok_s``, ``accept_length``, ``accept_rate``, ``ttft_p99_ms``, ``itl_p99_ms``
                     measured figures (``None`` where not measured)
 ``startup_s``       seconds from launch to ready, or to the line that decided a crash
 ``command``         the launch command line as a user would type it, secrets redacted
 ``failure_line``    the log line that decided a crash outcome
 ``speedup``         the objective over the baseline's (measured trials, baseline measured)
+``config``          the knobs of the configuration: what differs from SGLang's defaults, and
+                    every searched knob
+``sglang_command``  the same configuration as a ``python -m sglang.launch_server`` command line
 ``role``            ``baseline``, ``enqueued`` (from the space file), ``informed`` (chosen by
                     the tuner before searching), ``search`` (proposed by the sampler) or
                     ``rerun`` (a configuration interrupted earlier)
@@ -19,26 +23,98 @@ Optuna states follow the outcome: measured trials are COMPLETE; crashes, timeout
 PRUNED (the dashboard shows them as pruned, with the reason in the attributes; the sampler still
 learns from them, see :mod:`autotune.study._sampler`); an interrupted trial is FAIL and is run
 again on resume; a surplus trial is FAIL and was never run.
+
+:meth:`TrialRecord.from_trial` reads these back, parsed once into typed fields: the report, the
+figures and the review notebook read records, never the attributes themselves.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.crashes import CRASH_CATEGORIES
 
-OK = "ok"
-INFEASIBLE = "infeasible"
-TIMEOUT = "timeout"
-INTERRUPTED = "interrupted"
-#: A trial given back unrun: other workers were already running the study's last trials.
-SURPLUS = "surplus"
+if TYPE_CHECKING:
+    import optuna
+
+
+class Outcome(str, enum.Enum):
+    """How a trial ended: the ``outcome`` user attribute.
+
+    A ``str`` enum, so that what is stored is the plain value (``"ok"``, ``"oom_kv_pool"``, ...)
+    and the databases of earlier versions read the same; ``str()`` and formatting give the value.
+    The crash members are the crash classifier's categories (checked when this module loads).
+    """
+
+    OK = "ok"
+    OOM_KV_POOL = "oom_kv_pool"
+    OOM_CUDA_GRAPH = "oom_cuda_graph"
+    OOM_RUNTIME = "oom_runtime"
+    UNSUPPORTED_ARCH = "unsupported_arch"
+    GRAPH_CAPTURE_OTHER = "graph_capture_other"
+    NCCL_ERROR = "nccl_error"
+    BAD_ARGS = "bad_args"
+    #: Another program held the port: says nothing about the configuration (launched again).
+    PORT_IN_USE = "port_in_use"
+    OTHER_CRASH = "other_crash"
+    #: The server did not become ready in time, or the benchmark ran out of time.
+    TIMEOUT = "timeout"
+    #: Refused before launch: a rule, the engine release or a lesson rules it out.
+    INFEASIBLE = "infeasible"
+    #: Stopped by a signal: failed, and run again on resume.
+    INTERRUPTED = "interrupted"
+    #: Given back unrun: other workers were already running the study's last trials.
+    SURPLUS = "surplus"
+    #: Never written: a trial whose stored outcome is missing or not one this version knows.
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def parse(cls, value: object) -> Outcome | None:
+        """The outcome a stored value names; ``None`` when there is none, :attr:`UNKNOWN` when it
+        is not one this version knows."""
+        if value is None:
+            return None
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+    @classmethod
+    def of_crash(cls, category: str | None) -> Outcome:
+        """The outcome of a crash the classifier named by ``category`` (``other_crash`` when it
+        names none, or one that is not a crash category)."""
+        outcome = cls.parse(category)
+        return outcome if outcome is not None and outcome.crashed else cls.OTHER_CRASH
+
+    @property
+    def crashed(self) -> bool:
+        """A server that could not be measured: a crash category or a time-out."""
+        return self in CRASH_OUTCOMES
+
+    @property
+    def unmeasurable(self) -> bool:
+        """The configuration itself could not be measured: a crash, a time-out or a refusal
+        before launch (what the sampler and the feasibility lessons learn from). A port that
+        another program holds says nothing of the configuration, so it is not counted."""
+        return (self.crashed and self is not Outcome.PORT_IN_USE) or self is Outcome.INFEASIBLE
+
 
 #: Outcomes of a server that could not be measured (pruned, learned from): the crash
-#: classifier's categories and the start-up time-out.
-CRASH_OUTCOMES: tuple[str, ...] = (*CRASH_CATEGORIES, TIMEOUT)
+#: classifier's categories and the start-up time-out. (Outcome(c) fails at import for a
+#: category of the classifier that :class:`Outcome` lacks.)
+CRASH_OUTCOMES: tuple[Outcome, ...] = (
+    *(Outcome(c) for c in CRASH_CATEGORIES),
+    Outcome.TIMEOUT,
+)
 
 ROLES = ("baseline", "enqueued", "informed", "search", "rerun")
 
@@ -67,9 +143,14 @@ STUDY_METRIC = "autotune:metric"
 
 @dataclass
 class TrialRecord:
-    """What one trial found out, before it is written to the study."""
+    """What one trial found out: built by the trial and written to the study
+    (:meth:`user_attrs`), or read back from a finished trial (:meth:`from_trial`).
 
-    outcome: str
+    ``extra`` holds the attributes no reader of records needs (benchmark details, the stop);
+    they are written, and not read back.
+    """
+
+    outcome: Outcome
     role: str
     command: str | None = None
     failure_line: str | None = None
@@ -78,15 +159,57 @@ class TrialRecord:
     benchmark_s: float | None = None
     value: float | None = None
     metrics: dict[str, float | None] = field(default_factory=dict)
+    #: The objective over the baseline's (measured trials, once the baseline is measured).
+    speedup: float | None = None
+    #: The knobs of the configuration (``None``: not recorded; readers fall back on params).
+    config: dict[str, Any] | None = None
+    #: The configuration as an SGLang launch command (where the engine gives one).
+    sglang_command: str | None = None
+    #: Why the benchmark failed (the error's message), where it did.
+    benchmark_error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.outcome = Outcome(self.outcome)  # a plain value names its member
 
     @property
     def measured(self) -> bool:
-        return self.outcome == OK and self.value is not None
+        return self.outcome is Outcome.OK and self.value is not None
+
+    @property
+    def accept_length(self) -> float | None:
+        return self.metrics.get("accept_length")
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any], *, value: float | None = None) -> TrialRecord:
+        """The record of a trial's user attributes, each parsed once: numbers that are not
+        numbers and texts that are not texts read as ``None``; a missing role as ``search``; a
+        missing or unknown outcome as :attr:`Outcome.UNKNOWN`. ``value``: the trial's value."""
+        config = attrs.get("config")
+        return cls(
+            outcome=Outcome.parse(attrs.get("outcome")) or Outcome.UNKNOWN,
+            role=str(attrs.get("role", "search")),
+            command=_text(attrs.get("command")),
+            failure_line=_text(attrs.get("failure_line")),
+            advice=_text(attrs.get("advice")),
+            startup_s=_number(attrs.get("startup_s")),
+            benchmark_s=_number(attrs.get("benchmark_s")),
+            value=value,
+            metrics={name: _number(attrs.get(name)) for name in METRIC_ATTRS},
+            speedup=_number(attrs.get("speedup")),
+            config=dict(config) if isinstance(config, dict) else None,
+            sglang_command=_text(attrs.get("sglang_command")),
+            benchmark_error=_text(attrs.get("benchmark_error")),
+        )
+
+    @classmethod
+    def from_trial(cls, trial: optuna.trial.FrozenTrial) -> TrialRecord:
+        """The record of a finished trial (see :meth:`from_attrs`)."""
+        return cls.from_attrs(trial.user_attrs, value=trial.value)
 
     def user_attrs(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {
-            "outcome": self.outcome,
+            "outcome": self.outcome.value,
             "role": self.role,
             "command": self.command,
             "failure_line": self.failure_line,
@@ -99,28 +222,37 @@ class TrialRecord:
             attrs["advice"] = self.advice
         if self.benchmark_s is not None:
             attrs["benchmark_s"] = round(self.benchmark_s, 3)
+        if self.sglang_command is not None:
+            attrs["sglang_command"] = self.sglang_command
+        if self.benchmark_error is not None:
+            attrs["benchmark_error"] = self.benchmark_error
         attrs.update(self.extra)
+        if self.speedup is not None:
+            attrs["speedup"] = self.speedup
+        if self.config is not None:
+            attrs["config"] = self.config
         return attrs
 
     def line(self, number: int, metric: str) -> str:
         """One line for the study's progress: outcome, value or start-up time, the knobs."""
         knobs = " ".join(
-            f"{k}={v}"
-            for k, v in (self.extra.get("config") or {}).items()
-            if k != "speculative_algorithm"
+            f"{k}={v}" for k, v in (self.config or {}).items() if k != "speculative_algorithm"
         )
         if self.measured:
-            speedup = self.extra.get("speedup")
-            tail = f" x{speedup:.2f}" if isinstance(speedup, (int, float)) else ""
+            tail = f" x{self.speedup:.2f}" if self.speedup is not None else ""
             return f"trial {number} [{self.role}] ok: {self.value:.1f} {metric}{tail}  {knobs}"
         when = f" after {self.startup_s:.1f} s" if self.startup_s is not None else ""
         return f"trial {number} [{self.role}] {self.outcome}{when}  {knobs}"
 
 
-def outcome_of(user_attrs: Mapping[str, Any]) -> str | None:
-    value = user_attrs.get("outcome")
-    return value if isinstance(value, str) else None
+def outcome_of(user_attrs: Mapping[str, Any]) -> Outcome | None:
+    """The outcome of a trial's user attributes (see :meth:`Outcome.parse`)."""
+    return Outcome.parse(user_attrs.get("outcome"))
 
 
-def is_crash(outcome: str | None) -> bool:
-    return outcome in CRASH_OUTCOMES or outcome == INFEASIBLE
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -1,15 +1,16 @@
 """How the sampler's model sees the draft-token count: as a share of what the tree can hold.
 
-SGLang ties the three speculative numbers together: with top-k 1 the draft tokens are exactly
-steps + 1, and never more than the tree holds (steps x top-k + 1). In the space's own terms the
+The engine ties the three speculative numbers together: for given steps and top-k it runs as
+given only draft-token counts between two bounds (:meth:`Engine.draft_token_bounds`; SGLang:
+exactly steps + 1 with top-k 1, else 2 to steps x top-k + 1). In the space's own terms the
 runnable region is a thin, oddly shaped slice, so a model of it wastes proposals on the rest. The
 sampler's model therefore works with ``draft fill`` in [0, 1] instead of the count:
 
-    draft tokens = 2 + fill x (steps x top-k + 1 - 2)      (steps + 1 when top-k is 1)
+    draft tokens = low + fill x (high - low)      (low, high: the engine's bounds)
 
-Every point of the model's space is a configuration SGLang runs as recorded. Trials keep the real
-draft-token count in their parameters (what was launched and what the dashboard shows); only the
-view handed to the model is translated.
+Every point of the model's space is a configuration the engine runs as recorded. Trials keep the
+real draft-token count in their parameters (what was launched and what the dashboard shows); only
+the view handed to the model is translated.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, FloatDistribution
 
+from autotune.engines import Engine, create_engine
 from autotune.space import ParamSpec, SearchSpace
 
 STEPS = "speculative_num_steps"
@@ -30,8 +32,10 @@ FILL = "autotune_draft_fill"
 class DraftFill:
     """The translation between draft tokens and draft fill; see the module docstring."""
 
-    def __init__(self, space: SearchSpace) -> None:
+    def __init__(self, space: SearchSpace, engine: Engine | None = None) -> None:
+        """``engine``: the one whose draft tree is meant (default: the space's engine)."""
         self.space = space
+        self.engine = engine if engine is not None else create_engine(space.engine)
         draft = space.parameter(DRAFT)
         self.draft: ParamSpec | None = draft
         names = {p.name for p in space.parameters}
@@ -59,11 +63,11 @@ class DraftFill:
         if not isinstance(steps, int) or not isinstance(topk, int):
             out[FILL] = 1.0
             return out
-        cap = steps * topk + 1
-        if topk == 1 or cap <= 2:
+        low, high = self.engine.draft_token_bounds(steps, topk)
+        if high <= low:
             out[FILL] = 1.0
         else:
-            out[FILL] = min(1.0, max(0.0, (float(draft) - 2.0) / (cap - 2.0)))
+            out[FILL] = min(1.0, max(0.0, (float(draft) - low) / (high - low)))
         return out
 
     def from_model(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,8 +81,8 @@ class DraftFill:
         values = list(self.draft.values() or ())
         if not isinstance(steps, int) or not isinstance(topk, int) or not values:
             return out
-        cap = steps * topk + 1
-        target = steps + 1 if topk == 1 else 2.0 + fill * (cap - 2)
-        allowed = [v for v in values if v <= cap] or values
+        low, high = self.engine.draft_token_bounds(steps, topk)
+        target = low + fill * (high - low)
+        allowed = [v for v in values if v <= high] or values
         out[DRAFT] = min(allowed, key=lambda v: (abs(v - target), v))
         return out

@@ -3,6 +3,10 @@
 Trial 0 is the no-speculation baseline (unless the space turns it off), then the configurations
 of the space file, then the tuner's own informed first trials, then the sampler's proposals,
 until the study holds the requested number of finished trials or the time budget is spent.
+
+The loop judges each configuration before launch and records what its evaluator found
+(:mod:`autotune.study._evaluate`): the real trial (launch, follow the log, benchmark), or, in
+``autotune bench search``, the simulator's model; everything else is the same code for both.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +34,23 @@ from autotune.study._claims import (
     rerun_then_fail,
     waiting_baseline,
 )
+from autotune.study._evaluate import (
+    RulesOnly,
+    TrialContext,
+    TrialEvaluator,
+    TrialFiles,
+    TrialHooks,
+    refusal,
+)
 from autotune.study._feasibility import Feasibility
+from autotune.study._hooks import pause_at
 from autotune.study._interrupts import Interrupts
+from autotune.study._optuna import (
+    get_trial,
+    set_trial_system_attr,
+    take_waiting_trial,
+    trial_id_of,
+)
 from autotune.study._progress import (
     StudyProgress,
     close_debug_log,
@@ -40,11 +58,11 @@ from autotune.study._progress import (
     progress_wanted,
 )
 from autotune.study._record import (
-    INTERRUPTED,
-    OK,
     STUDY_REFUSED,
     SYS_PROCESS,
+    Outcome,
     TrialRecord,
+    outcome_of,
 )
 from autotune.study._sampler import build_sampler
 from autotune.study._setup import (
@@ -52,22 +70,19 @@ from autotune.study._setup import (
     create_or_load,
     finish_setup,
     make_engine,
-    pause_at,
     set_target,
     setup_complete,
     setup_lock,
     setup_lock_path,
-    sglang_command,
 )
 from autotune.study._storage import (
     StudyPaths,
     artifact_store,
     check_writable,
-    retry_locked,
     study_paths,
     upload_artifacts,
 )
-from autotune.study._trial import TrialFiles, TrialHooks, TrialRunner
+from autotune.study._trial import ServerEvaluator, TrialRunner
 
 if TYPE_CHECKING:
     import optuna
@@ -143,7 +158,15 @@ def resume_study(options: StudyOptions) -> StudySummary:
 
 
 class StudyRunner:
-    """Runs one study to its target. See the module docstring."""
+    """Runs one study to its target. See the module docstring.
+
+    The keywords are the loop's seams, for the search benchmark (``autotune bench search``),
+    which runs this same loop on the simulator's model: ``evaluator`` runs each configuration
+    (default: launch the server and benchmark it, :class:`ServerEvaluator`); ``sampler``
+    replaces :func:`build_sampler`'s (Optuna's samplers as they come); ``learn=False`` keeps
+    crashes from the sampler's model and from the lessons; ``refuse=False`` refuses before
+    launch only what SGLang's rules refuse (:class:`RulesOnly`); ``quiet`` prints no trial lines.
+    """
 
     def __init__(
         self,
@@ -153,6 +176,12 @@ class StudyRunner:
         paths: StudyPaths,
         options: StudyOptions,
         target: int,
+        *,
+        evaluator: TrialEvaluator | None = None,
+        sampler: optuna.samplers.BaseSampler | None = None,
+        learn: bool = True,
+        refuse: bool = True,
+        quiet: bool = False,
     ) -> None:
         self.study = study
         self.space = space
@@ -160,9 +189,11 @@ class StudyRunner:
         self.paths = paths
         self.options = options
         self.target = target
-        self.feasibility = Feasibility(space, engine)
+        self.learn = learn
+        self.quiet = quiet
+        self.feasibility = Feasibility(space, engine) if refuse else RulesOnly(space, engine)
         self.refused: Counter[str] = Counter(study.user_attrs.get(STUDY_REFUSED) or {})
-        self.sampler = build_sampler(
+        self.sampler = sampler or build_sampler(
             options.sampler,
             space,
             self.feasibility,
@@ -170,12 +201,11 @@ class StudyRunner:
             constraints=self.constraints,
             on_refusal=self._refused,
             n_startup_trials=options.n_startup_trials,
+            learn_from_crashes=learn,
         )
         study.sampler = self.sampler
         self.store = artifact_store(paths)
-        self.trials = TrialRunner(
-            space, engine, self.feasibility, sglang_command=sglang_command(space, engine)
-        )
+        self.evaluator = evaluator or ServerEvaluator(TrialRunner(space, engine, self.feasibility))
         self.interrupts = Interrupts()
 
     # --- the loop --------------------------------------------------------------------------
@@ -201,6 +231,7 @@ class StudyRunner:
                     self.target,
                     enabled=progress_wanted(self.options.progress),
                     title=self.study.study_name,
+                    quiet=self.quiet,
                 ) as progress,
             ):
                 lock = setup_lock_path(self.paths)
@@ -209,15 +240,11 @@ class StudyRunner:
                 while True:
                     # workers watch each other: the trial of a tuner of this host that died
                     # (kill -9) has its server stopped and runs again (a baseline first)
-                    for trial in retry_locked(
-                        partial(recover_stale, self.study, lock=lock, dead_only=True), what="read"
-                    ):
+                    for trial in recover_stale(self.study, lock=lock, dead_only=True):
                         progress.finished(self.finished_count(), trial.line())
                     if self.interrupts.interrupted:  # noticed here, in ordinary code
                         raise self._between_trials()
-                    claims = retry_locked(
-                        partial(count_claims, self.study, self.engine.spec.timeouts), what="read"
-                    )
+                    claims = count_claims(self.study, self.engine.spec.timeouts)
                     if claims.finished >= self.target:
                         break
                     if claims.total >= self.target:
@@ -343,13 +370,14 @@ class StudyRunner:
         """Run the next trial; False when it was given back unrun (see :mod:`._claims`)."""
         from optuna.trial import TrialState
 
-        self.feasibility.learn_from(self.study)
-        trial = retry_locked(self._ask, what="ask")
+        if self.learn:
+            self.feasibility.learn_from(self.study)
+        trial = self._ask()
         number = trial.number
         role = str(trial.user_attrs.get("role") or "search")
         files = TrialFiles(self.paths.artifacts_dir / "trials" / f"{number:04d}")
         try:
-            if not claim(self.study, trial._trial_id, self.target, self.engine.spec.timeouts):
+            if not claim(self.study, trial_id_of(trial), self.target, self.engine.spec.timeouts):
                 return False
             params: dict[str, Any] | None
             if role == "baseline":
@@ -365,7 +393,11 @@ class StudyRunner:
                 cancelled=self.interrupts.stop_requested,
                 urgent=self.interrupts.urgent,
             )
-            record = self.trials.run(config, params, role=role, files=files, hooks=hooks)
+            # refused before launch (no GPU time), else run by the evaluator
+            record = refusal(self.feasibility, config, params, role=role)
+            if record is None:
+                context = TrialContext(number, role, params, files, hooks)
+                record = self.evaluator.evaluate(config, context)
             self._save(trial, record, config, files)
         except (Cancelled, KeyboardInterrupt):
             self._record_interrupted(trial, role, files)
@@ -378,7 +410,7 @@ class StudyRunner:
             self.interrupts.watch_server(None)
         state = TrialState.COMPLETE if record.measured else TrialState.PRUNED
         values = record.value if record.measured else None
-        retry_locked(lambda: self.study.tell(trial, values, state=state), what="tell")
+        self.study.tell(trial, values, state=state)
         progress.finished(
             self.finished_count(),
             record.line(number, self.space.objective.metric),
@@ -389,11 +421,7 @@ class StudyRunner:
     # --- recording -------------------------------------------------------------------------
     def _launched(self, trial: optuna.Trial, identity: dict[str, Any]) -> None:
         self.interrupts.watch_server(identity)
-        retry_locked(
-            lambda: self.study._storage.set_trial_system_attr(
-                trial._trial_id, SYS_PROCESS, identity
-            )
-        )
+        set_trial_system_attr(self.study, trial_id_of(trial), SYS_PROCESS, identity)
 
     def _save(
         self, trial: optuna.Trial, record: TrialRecord, config: ServerConfig, files: TrialFiles
@@ -401,28 +429,28 @@ class StudyRunner:
         base = self.baseline_value()
         if record.measured and record.value is not None:
             if record.role == "baseline":
-                record.extra["speedup"] = 1.0
+                record.speedup = 1.0
             elif base:
                 ratio = record.value / base
                 if self.space.objective.direction == "minimize":
                     ratio = base / record.value
-                record.extra["speedup"] = round(ratio, 4)
+                record.speedup = round(ratio, 4)
         # what differs from SGLang's defaults, and every searched knob even at its default
         defaults = ServerConfig().to_params(include_unset=True)
         searched = set(self.space.distributions())
-        record.extra["config"] = {
+        record.config = {
             k: v
             for k, v in config.to_params().items()
             if v != defaults.get(k) or k == "tp_size" or k in searched
         }
         for key, value in record.user_attrs().items():
-            retry_locked(partial(trial.set_user_attr, key, value))
+            trial.set_user_attr(key, value)
         attrs = record.user_attrs()
         names = ["starts"] + [c.describe() for c in self.space.objective.constraints]
         for name, value in zip(names, self._constraint_values(attrs), strict=True):
-            retry_locked(partial(trial.set_constraint, name, value))
+            trial.set_constraint(name, value)
         upload_artifacts(self.store, trial, files.existing())
-        retry_locked(lambda: self.study.set_user_attr(STUDY_REFUSED, dict(self.refused)))
+        self.study.set_user_attr(STUDY_REFUSED, dict(self.refused))
 
     def _record_interrupted(self, trial: optuna.Trial, role: str, files: TrialFiles) -> None:
         """Record the trial as interrupted: its re-run queued first, then the trial failed (a
@@ -431,30 +459,22 @@ class StudyRunner:
         from optuna.trial import TrialState
 
         reason = f"interrupted by {self.interrupts.signal_name or 'SIGINT'}"
-        record = TrialRecord(outcome=INTERRUPTED, role=role, failure_line=reason)
+        record = TrialRecord(outcome=Outcome.INTERRUPTED, role=role, failure_line=reason)
         for key, value in record.user_attrs().items():
-            retry_locked(partial(trial.set_user_attr, key, value))
+            trial.set_user_attr(key, value)
         upload_artifacts(self.store, trial, files.existing())
-        frozen = self.study._storage.get_trial(trial._trial_id)
-        requeue(self.study, configuration(frozen), trial.number, role, trial_id=trial._trial_id)
-        retry_locked(lambda: self.study.tell(trial, state=TrialState.FAIL), what="tell")
+        frozen = get_trial(self.study, trial_id_of(trial))
+        requeue(self.study, configuration(frozen), trial.number, role, trial_id=trial_id_of(trial))
+        self.study.tell(trial, state=TrialState.FAIL)
 
     def _ask(self) -> optuna.Trial:
         """The next trial: a baseline re-run queued behind other waiting trials first (Optuna
         pops waiting trials in number order), so the trials after it carry a speed-up."""
-        import optuna
-        from optuna.exceptions import UpdateFinishedTrialError
-        from optuna.trial import TrialState
-
         trial_id = waiting_baseline(self.study)
         if trial_id is not None:
-            try:
-                taken = self.study._storage.set_trial_state_values(trial_id, TrialState.RUNNING)
-            except UpdateFinishedTrialError:
-                taken = False
-            if taken:
-                self.study._thread_local.cached_all_trials = None
-                return optuna.Trial(self.study, trial_id)
+            taken = take_waiting_trial(self.study, trial_id)
+            if taken is not None:
+                return taken
         return self.study.ask()
 
     # --- what the study knows so far ---------------------------------------------------------
@@ -474,7 +494,7 @@ class StudyRunner:
         return self._constraint_values(trial.user_attrs)
 
     def _constraint_values(self, attrs: Mapping[str, Any]) -> list[float]:
-        values = [-1.0 if attrs.get("outcome") == OK else 1.0]
+        values = [-1.0 if outcome_of(attrs) is Outcome.OK else 1.0]
         for c in self.space.objective.constraints:
             values.append(c.violation(attrs.get(c.metric)))
         return values
@@ -494,9 +514,9 @@ class StudyRunner:
         best = self._best()
         if best is None or best.value is None:
             return "-"
-        speedup = best.user_attrs.get("speedup")
+        speedup = TrialRecord.from_trial(best).speedup
         text = f"{best.value:.1f} (trial {best.number})"
-        return text + (f" x{speedup:.2f}" if isinstance(speedup, (int, float)) else "")
+        return text + (f" x{speedup:.2f}" if speedup is not None else "")
 
     def _early_stop(self) -> Any:
         best = self._best()

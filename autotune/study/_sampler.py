@@ -9,14 +9,15 @@ the study in which:
   and a violated constraint (``starts > 0``), so GPSampler's constrained acquisition (LogCEI) and
   TPE's feasibility split both learn the crashed region;
 * the baseline trial (no speculation, outside the space) is left out;
-* proposals the tuner already knows cannot start (SGLang's rules, the engine release, known
+* proposals the tuner already knows cannot start (the engine's rules, its release, known
   incompatibilities, the memory estimate, lessons of earlier crashes; see
   :mod:`autotune.study._feasibility`) are added as *phantom* crashed trials and the base sampler is
   asked again, so no GPU time and no trial is spent on them.
 
-Proposals are repaired to what SGLang would run: with top-k 1 the draft tokens are steps + 1,
-and never more draft tokens than the tree holds (steps x top-k + 1). The repaired values are what
-the trial records and what is launched.
+Proposals are repaired to what the engine would run: the draft tokens are brought within the
+engine's bounds for the proposal's steps and top-k (:meth:`Engine.draft_token_bounds`; SGLang:
+steps + 1 with top-k 1, never more than the tree holds, steps x top-k + 1). The repaired values are
+what the trial records and what is launched.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune._errors import ConfigError
+from autotune.engines import Engine, create_engine
 from autotune.space import ParamSpec, SearchSpace
 from autotune.study._feasibility import Feasibility
+from autotune.study._optuna import fixed_params
 from autotune.study._reparam import DraftFill
 from autotune.study._view import StudyView
 
@@ -58,16 +61,22 @@ class AutotuneSampler(BaseSampler):
         on_refusal: Callable[[str], None] | None = None,
         repair: bool = True,
         learn_from_crashes: bool = True,
+        engine: Engine | None = None,
     ) -> None:
+        """``engine``: whose draft tree repairs follow (default: the feasibility's, else the
+        space's engine)."""
         self.base = base
         self.space = space
         self.feasibility = feasibility
+        if engine is None:
+            engine = feasibility.engine if feasibility is not None else create_engine(space.engine)
+        self.engine = engine
         self.rng = random.Random(seed)
         self.n_startup_trials = n_startup_trials
         self.constraints = constraints
         self.on_refusal = on_refusal
         self.repair_proposals = repair
-        self.fill = DraftFill(space)
+        self.fill = DraftFill(space, engine)
         self.learn_from_crashes = learn_from_crashes
 
     # --- Optuna's BaseSampler interface ----------------------------------------------------
@@ -84,7 +93,7 @@ class AutotuneSampler(BaseSampler):
         trial: FrozenTrial,
         search_space: dict[str, BaseDistribution],
     ) -> dict[str, Any]:
-        if "fixed_params" in trial.system_attrs:
+        if fixed_params(trial) is not None:
             return {}
         view = StudyView(
             study, self.space, self.constraints, self.fill, crashes=self.learn_from_crashes
@@ -184,7 +193,7 @@ class AutotuneSampler(BaseSampler):
         return out
 
     def repair(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Bring the draft-token count to what SGLang would run for these steps and top-k."""
+        """Bring the draft-token count within the engine's bounds for these steps and top-k."""
         out = dict(params)
         draft = self.space.parameter("speculative_num_draft_tokens")
         if draft is None or draft.name not in out:
@@ -194,14 +203,15 @@ class AutotuneSampler(BaseSampler):
         if not isinstance(steps, int) or not isinstance(topk, int):
             return out
         value = int(out[draft.name])
-        target = steps + 1 if topk == 1 else min(max(2, value), steps * topk + 1)
+        low, high = self.engine.draft_token_bounds(steps, topk)
+        target = min(max(low, value), high)
         if target != value:
             choices = draft.values()
             if choices is None or target in choices:
                 out[draft.name] = target
             else:
-                fitting = [c for c in choices if c <= steps * topk + 1]
-                if topk > 1 and fitting:
+                fitting = [c for c in choices if low <= c <= high]
+                if fitting:
                     out[draft.name] = min(fitting, key=lambda c: abs(c - target))
         return out
 
@@ -213,7 +223,7 @@ def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 def _tried(study: optuna.Study) -> set[tuple[tuple[str, Any], ...]]:
     """Parameters of trials already run or running (not waiting ones)."""
     states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-    return {_key(t.params) for t in study._get_trials(deepcopy=False, states=states) if t.params}
+    return {_key(t.params) for t in study.get_trials(deepcopy=False, states=states) if t.params}
 
 
 def _step(param: ParamSpec, value: Any, rng: random.Random) -> Any:
@@ -260,8 +270,13 @@ def build_sampler(
     constraints: Callable[[FrozenTrial], Sequence[float]],
     on_refusal: Callable[[str], None] | None = None,
     n_startup_trials: int = 6,
+    learn_from_crashes: bool = True,
 ) -> AutotuneSampler:
-    """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE)."""
+    """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE).
+
+    ``learn_from_crashes=False`` hides crashes from the base sampler's model (the search
+    benchmark's ``no-learning`` ablation).
+    """
     choice = name
     if choice == "auto":
         choice = "tpe" if space.conditional else "gp"
@@ -292,4 +307,5 @@ def build_sampler(
         n_startup_trials=n_startup_trials,
         constraints=constraints,
         on_refusal=on_refusal,
+        learn_from_crashes=learn_from_crashes,
     )

@@ -8,19 +8,17 @@ import json
 import logging
 import math
 import os
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._errors import ConfigError, StorageError
-from autotune._knobs import ServerConfig
-from autotune.engines import Engine, SGLangEngine, create_engine, known_flagset
-from autotune.engines._redact import redact_space_text, redact_url
+from autotune._redact import redact_space_text, redact_url
+from autotune.engines import Engine, create_engine
 from autotune.space import SearchSpace, load_space, parse_space
+from autotune.study._hooks import pause_at
+from autotune.study._optuna import fixed_params
 from autotune.study._record import (
     STUDY_FINGERPRINT,
     STUDY_METRIC,
@@ -29,7 +27,7 @@ from autotune.study._record import (
     STUDY_TARGET,
     SYS_RERUN_OF,
 )
-from autotune.study._storage import StudyPaths, open_storage, retry_locked
+from autotune.study._storage import StudyPaths, open_storage
 
 if TYPE_CHECKING:
     import optuna
@@ -168,9 +166,8 @@ def _with_secrets(space: SearchSpace, stored: str) -> SearchSpace:
     Raises:
         StorageError: a redacted secret that neither the file nor the environment supplies.
     """
-    import os
 
-    from autotune.engines._redact import PLACEHOLDER, redact_space_text
+    from autotune._redact import PLACEHOLDER, redact_space_text
 
     spec = space.engine
     if PLACEHOLDER not in repr(spec):
@@ -220,22 +217,8 @@ def _with_secrets(space: SearchSpace, stored: str) -> SearchSpace:
 #: all stored. A study without it was left half-created by a tuner killed during ``start``.
 STUDY_COMPLETE = "autotune:setup_complete"
 
-#: Test hook: ``AUTOTUNE_TEST_PAUSE_AT=<phase>`` makes ``study start`` print
-#: ``autotune-test: paused at <phase>`` on stderr and sleep there, so a test can kill the tuner
-#: at that instant of the set-up. Phases: ``created`` (study row only), ``space`` (space
-#: attributes written), ``target``, ``baseline`` (the baseline queued), ``queued`` (all first
-#: trials queued, not yet marked complete); and, on ``resume``, ``requeued`` (a stale trial's
-#: re-run queued, the trial not yet failed).
-PAUSE_ENV = "AUTOTUNE_TEST_PAUSE_AT"
 
 log = logging.getLogger("autotune.study")
-
-
-def pause_at(phase: str) -> None:
-    """The test hook of :data:`PAUSE_ENV` (nothing unless that variable names ``phase``)."""
-    if os.environ.get(PAUSE_ENV) == phase:
-        print(f"autotune-test: paused at {phase}", file=sys.stderr, flush=True)
-        time.sleep(600)
 
 
 def setup_lock_path(paths: StudyPaths) -> Path:
@@ -270,9 +253,9 @@ def setup_complete(study: optuna.Study) -> bool:
     """Whether the study's set-up finished (or it is a study from before the marker that ran)."""
     from optuna.trial import TrialState
 
-    if retry_locked(lambda: study.user_attrs, what="read").get(STUDY_COMPLETE):
+    if study.user_attrs.get(STUDY_COMPLETE):
         return True
-    trials = retry_locked(lambda: study.get_trials(deepcopy=False), what="read")
+    trials = study.get_trials(deepcopy=False)
     return any(t.state != TrialState.WAITING for t in trials)
 
 
@@ -293,7 +276,7 @@ def create_or_load(
     if resume and paths.sqlite_file is not None and not paths.sqlite_file.exists():
         raise _no_such_study(paths)  # (opening the file would create an empty one)
     storage = open_storage(paths)
-    existing = {s.study_name for s in retry_locked(storage.get_all_studies, what="read")}
+    existing = {s.study_name for s in storage.get_all_studies()}
     if resume:
         if paths.name not in existing:
             raise _no_such_study(paths)
@@ -330,7 +313,7 @@ def create_or_load(
                 "trial; creating it again",
                 paths.name,
             )
-            retry_locked(lambda: optuna.delete_study(study_name=paths.name, storage=storage))
+            optuna.delete_study(study_name=paths.name, storage=storage)
         elif fingerprint == space.fingerprint():
             raise StorageError(
                 f"study {paths.name!r} already exists",
@@ -344,12 +327,10 @@ def create_or_load(
             )
     direction = space.objective.direction
     try:
-        study = retry_locked(
-            lambda: optuna.create_study(
-                study_name=paths.name,
-                storage=storage,
-                direction="minimize" if direction == "minimize" else "maximize",
-            )
+        study = optuna.create_study(
+            study_name=paths.name,
+            storage=storage,
+            direction="minimize" if direction == "minimize" else "maximize",
         )
     except optuna.exceptions.DuplicatedStudyError as e:
         raise StorageError(
@@ -378,7 +359,7 @@ def _store_space(study: optuna.Study, space: SearchSpace) -> None:
         STUDY_FINGERPRINT: space.fingerprint(),
     }
     for key, value in attrs.items():
-        retry_locked(partial(study.set_user_attr, key, value))
+        study.set_user_attr(key, value)
 
 
 def finish_setup(
@@ -387,7 +368,7 @@ def finish_setup(
     """Queue the first trials (those not queued yet) and mark the study complete, last."""
     enqueue_first(study, space, engine, options)
     pause_at("queued")
-    retry_locked(lambda: study.set_user_attr(STUDY_COMPLETE, True))
+    study.set_user_attr(STUDY_COMPLETE, True)
 
 
 def _no_such_study(paths: StudyPaths) -> StorageError:
@@ -413,12 +394,7 @@ def set_target(study: optuna.Study, n_trials: int | None, *, more: int | None = 
 
     if more is not None or n_trials is not None:
         done = len(
-            retry_locked(
-                lambda: study.get_trials(
-                    deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
-                ),
-                what="read",
-            )
+            study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         )
         if more is not None:
             target = done + int(more)
@@ -433,25 +409,24 @@ def set_target(study: optuna.Study, n_trials: int | None, *, more: int | None = 
                     hint=f"--n-trials N runs N more trials; --target-trials must be at least "
                     f"{done}",
                 )
-        retry_locked(lambda: study.set_user_attr(STUDY_TARGET, target))
+        study.set_user_attr(STUDY_TARGET, target)
         return target
     stored = study.user_attrs.get(STUDY_TARGET)
     return int(stored) if isinstance(stored, int) else 20
 
 
 def informed_configs(space: SearchSpace, engine: Engine) -> list[dict[str, Any]]:
-    """First trials the tuner chooses itself: SGLang's own automatic speculative choice.
+    """First trials the tuner chooses itself: the engine's own automatic speculative choice.
 
-    SGLang picks (steps, top-k, draft tokens) = (5, 4, 8) for Llama and Grok models and
-    (3, 1, 4) otherwise; the other knobs come from the first configuration of the space file
-    (else the middle of each range). Values outside the space are dropped.
+    The knobs the engine picks by itself (:meth:`Engine.automatic_choice`; SGLang's (steps,
+    top-k, draft tokens) for the target's architecture) when the space tunes them all; the other
+    knobs come from the first configuration of the space file (else the middle of each range).
+    A choice outside the space is dropped.
     """
     names = {p.name for p in space.parameters}
-    spec_knobs = {"speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"}
-    if not spec_knobs <= names:
+    choice = engine.automatic_choice()
+    if not choice or not set(choice) <= names:
         return []
-    arch = _architecture(engine)
-    steps, topk, draft = (5, 4, 8) if arch and ("Llama" in arch or "Grok" in arch) else (3, 1, 4)
     base: dict[str, Any] = dict(space.enqueued[0]) if space.enqueued else {}
     for param in space.parameters:
         if param.name not in base:
@@ -460,11 +435,7 @@ def informed_configs(space: SearchSpace, engine: Engine) -> list[dict[str, Any]]
                 base[param.name] = values[len(values) // 2]
             elif param.low is not None and param.high is not None:
                 base[param.name] = param.normalise((param.low + param.high) / 2)
-    base.update(
-        speculative_num_steps=steps,
-        speculative_eagle_topk=topk,
-        speculative_num_draft_tokens=draft,
-    )
+    base.update(choice)
     config = {k: v for k, v in base.items() if k in names}
     for param in space.parameters:
         if param.name in config and not param.contains(config[param.name]):
@@ -476,24 +447,6 @@ def informed_configs(space: SearchSpace, engine: Engine) -> list[dict[str, Any]]
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
-
-
-def _architecture(engine: Engine) -> str | None:
-    spec = engine.spec
-    if spec.kind == "sim":
-        from autotune.sim import load_profile
-
-        try:
-            return load_profile(spec.sim.profile).model.architecture
-        except ConfigError:
-            return None
-    config_json = Path(spec.model_path) / "config.json"
-    try:
-        data = json.loads(config_json.read_text())
-        archs = data.get("architectures") or []
-        return str(archs[0]) if archs else None
-    except (OSError, ValueError):
-        return None
 
 
 def make_engine(space: SearchSpace) -> Engine:
@@ -511,17 +464,15 @@ def enqueue_first(
     state; re-runs aside) is not queued again.
     """
     known = [
-        (t.user_attrs.get("role"), t.system_attrs.get("fixed_params") or {})
-        for t in retry_locked(lambda: study.get_trials(deepcopy=False), what="read")
+        (t.user_attrs.get("role"), fixed_params(t) or {})
+        for t in study.get_trials(deepcopy=False)
         if SYS_RERUN_OF not in t.user_attrs
     ]
 
     def queue(params: dict[str, Any], role: str) -> None:
         if any(r == role and _same(dict(p), params) for r, p in known):
             return
-        retry_locked(
-            partial(study.enqueue_trial, params, user_attrs={"role": role}, skip_if_exists=False)
-        )
+        study.enqueue_trial(params, user_attrs={"role": role}, skip_if_exists=False)
 
     if space.baseline is not None:
         queue({}, "baseline")
@@ -531,17 +482,3 @@ def enqueue_first(
     if options.informed:
         for params in informed_configs(space, engine):
             queue(params, "informed")
-
-
-def sglang_command(space: SearchSpace, engine: Engine) -> Callable[[ServerConfig, int], str] | None:
-    """For the simulated engine: the SGLang command line each trial stands for (recorded)."""
-    if engine.spec.kind != "sim":
-        return None
-    # the interpreter of the SGLang installation is not known: the command names python3
-    spec = dataclasses.replace(engine.spec, python="python3")
-    sglang = SGLangEngine(spec, flags=known_flagset(spec.sim.dialect))
-
-    def command(config: ServerConfig, port: int) -> str:
-        return sglang.build_launch(config, port=port, workload=space.workload).display()
-
-    return command

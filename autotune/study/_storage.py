@@ -6,7 +6,9 @@ in ``studies/NAME-logs/``. Any SQLAlchemy URL works (PostgreSQL for several work
 artifact folder is then given explicitly or defaults to ``studies/NAME-artifacts``.
 
 SQLite is opened in WAL mode with a busy timeout, so optuna-dashboard can read while the tuner
-writes; a write that still meets "database is locked" is retried a bounded number of times.
+writes; a storage call that still meets "database is locked" is retried a bounded number of
+times, by the one storage wrapper :class:`RetryLockedStorage` that :func:`open_storage` and
+:func:`open_for_reading` return.
 """
 
 from __future__ import annotations
@@ -16,15 +18,24 @@ import re
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from optuna.storages import BaseStorage
 
 from autotune._errors import ConfigError, StorageError
+from autotune.study._optuna import cached_storage
 
 if TYPE_CHECKING:
     import optuna
+    import sqlalchemy.exc
+    from optuna.distributions import BaseDistribution
+    from optuna.study import StudyDirection
+    from optuna.trial import FrozenTrial, TrialState
+
+    from autotune.study._optuna import FrozenStudy
 
 log = logging.getLogger("autotune.study")
 
@@ -143,11 +154,13 @@ def check_writable(folder: Path, *, what: str) -> None:
         )
 
 
-def open_storage(paths: StudyPaths, *, writing: bool = True) -> optuna.storages.RDBStorage:
+def open_storage(paths: StudyPaths, *, writing: bool = True) -> RetryLockedStorage:
     """Open the study storage (creating a SQLite file if needed, when ``writing``).
 
     With ``writing=False`` (reports, listings) nothing is created or switched: a SQLite file
-    that does not exist is an error, and a full disk does not stop a report.
+    that does not exist is an error, and a full disk does not stop a report. The storage is
+    Optuna's ``RDBStorage`` behind its trial cache (as ``optuna.load_study`` would wrap it),
+    behind :class:`RetryLockedStorage`.
 
     Raises:
         StorageError: the URL cannot be opened (bad scheme, server down, unwritable file).
@@ -192,7 +205,8 @@ def open_storage(paths: StudyPaths, *, writing: bool = True) -> optuna.storages.
                         lock = held.enter_context(lock_file.open("a"))
                         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
                 try:
-                    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+                    rdb = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+                    return RetryLockedStorage(cached_storage(rdb))
                 except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError,
                         sqlalchemy.exc.ProgrammingError) as e:  # fmt: skip
                     text = str(e).lower()
@@ -217,24 +231,207 @@ def open_storage(paths: StudyPaths, *, writing: bool = True) -> optuna.storages.
         ) from e
 
 
-def retry_locked(action: Callable[[], T], *, attempts: int = 20, what: str = "write") -> T:
-    """Run a storage action, retrying a bounded number of times while SQLite is locked."""
+def retry_locked(
+    action: Callable[[], T], *, attempts: int = 20, what: str = "write", within_s: float = 30.0
+) -> T:
+    """Run a storage action, retrying while SQLite is locked, for at most ``within_s`` seconds.
+
+    SQLite itself waits out a lock for its busy timeout (60 s, :func:`open_storage`) before it
+    reports one; a lock reported after that long is not retried, so a database held by another
+    program fails in about a minute, as a :class:`StorageError`, not after ``attempts`` minutes.
+    A lock reported at once (a busy timeout of 0, another driver) is retried with growing pauses.
+
+    Used by :class:`RetryLockedStorage` on each storage call; code that goes through a storage
+    opened by :func:`open_storage` (or a study on it) needs no retry of its own.
+
+    Raises:
+        StorageError: the database stayed locked for ``attempts`` tries, or SQLAlchemy raised
+            another ``OperationalError`` (as is: Optuna's ``StorageInternalError`` that does not
+            stand for a lock passes through unchanged, for :func:`storage_fault` to read).
+    """
+    import optuna.exceptions
     import sqlalchemy.exc
 
     delay = 0.05
+    started = time.monotonic()
     for attempt in range(attempts):
         try:
             return action()
-        except sqlalchemy.exc.OperationalError as e:
-            if "locked" not in str(e) or attempt == attempts - 1:
+        except (sqlalchemy.exc.OperationalError, optuna.exceptions.StorageInternalError) as e:
+            locked = _lock_error(e)
+            if locked is None and not isinstance(e, sqlalchemy.exc.OperationalError):
+                raise
+            late = time.monotonic() - started + delay > within_s
+            if locked is None or attempt == attempts - 1 or late:
                 raise StorageError(
-                    f"the study storage refused a {what}: {_first_line(str(e))}",
+                    f"the study storage refused a {what}: {_first_line(str(locked or e))}",
                     hint="another program holds the database; retry when it is done",
                 ) from e
             log.debug("database locked during %s, retrying (%d)", what, attempt + 1)
             time.sleep(delay)
             delay = min(1.0, delay * 1.6)
     raise AssertionError("unreachable")
+
+
+def _lock_error(error: BaseException) -> sqlalchemy.exc.OperationalError | None:
+    """The "database is locked" error behind ``error``: SQLAlchemy's, raised as is or as the
+    cause of the ``StorageInternalError`` that Optuna's RDBStorage turns it into."""
+    import sqlalchemy.exc
+
+    for e in (error, error.__cause__):
+        if isinstance(e, sqlalchemy.exc.OperationalError) and "locked" in str(e):
+            return e
+    return None
+
+
+class RetryLockedStorage(BaseStorage):
+    """An Optuna storage whose every call is retried while the database is locked.
+
+    Wraps ``backend`` (the ``RDBStorage``, SQLite or PostgreSQL, behind Optuna's trial cache;
+    any ``BaseStorage`` works) and is applied once, where the storage is opened
+    (:func:`open_storage`, :func:`open_for_reading`); a study created or loaded on it, and so
+    every ``ask``, ``tell``, ``enqueue_trial``, ``set_user_attr`` and sampler note, goes through
+    it.
+
+    Guarantees: a call that fails because the database is locked (SQLAlchemy's
+    ``OperationalError`` saying "locked", raised as is or wrapped in Optuna's
+    ``StorageInternalError``) is tried again, up to 20 times with pauses from 50 ms to 1 s
+    (SQLite's own busy timeout waits before each failure); one that still fails raises
+    :class:`~autotune.StorageError` saying another program holds the database (as does any other
+    bare ``OperationalError``). Other failures pass through unchanged (:func:`storage_faults`
+    turns them into messages).
+
+    Assumes: a call that failed changed nothing, so trying it again is safe (RDBStorage rolls its
+    session back on every error, and its cache is updated only after the backend succeeded).
+    Heartbeats are not forwarded: autotune opens storages without them.
+    """
+
+    def __init__(self, backend: BaseStorage) -> None:
+        self._backend = backend
+
+    @property
+    def backend(self) -> BaseStorage:
+        """The wrapped storage (calls on it are not retried)."""
+        return self._backend
+
+    def _read(self, action: Callable[[], T]) -> T:
+        return retry_locked(action, what="read")
+
+    def _write(self, action: Callable[[], T]) -> T:
+        return retry_locked(action, what="write")
+
+    # --- studies ----------------------------------------------------------------------------
+    def create_new_study(
+        self, directions: Sequence[StudyDirection], study_name: str | None = None
+    ) -> int:
+        return self._write(lambda: self._backend.create_new_study(directions, study_name))
+
+    def delete_study(self, study_id: int) -> None:
+        self._write(lambda: self._backend.delete_study(study_id))
+
+    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._write(lambda: self._backend.set_study_user_attr(study_id, key, value))
+
+    def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._write(lambda: self._backend.set_study_system_attr(study_id, key, value))
+
+    def get_study_id_from_name(self, study_name: str) -> int:
+        return self._read(lambda: self._backend.get_study_id_from_name(study_name))
+
+    def get_study_name_from_id(self, study_id: int) -> str:
+        return self._read(lambda: self._backend.get_study_name_from_id(study_id))
+
+    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
+        return self._read(lambda: self._backend.get_study_directions(study_id))
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._read(lambda: self._backend.get_study_user_attrs(study_id))
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._read(lambda: self._backend.get_study_system_attrs(study_id))
+
+    def get_all_studies(self) -> list[FrozenStudy]:
+        return self._read(self._backend.get_all_studies)
+
+    # --- trials -----------------------------------------------------------------------------
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        return self._write(lambda: self._backend.create_new_trial(study_id, template_trial))
+
+    def set_trial_param(
+        self,
+        trial_id: int,
+        param_name: str,
+        param_value_internal: float,
+        distribution: BaseDistribution,
+    ) -> None:
+        self._write(
+            lambda: self._backend.set_trial_param(
+                trial_id, param_name, param_value_internal, distribution
+            )
+        )
+
+    def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
+        return self._read(
+            lambda: self._backend.get_trial_id_from_study_id_trial_number(study_id, trial_number)
+        )
+
+    def get_trial_number_from_id(self, trial_id: int) -> int:
+        return self._read(lambda: self._backend.get_trial_number_from_id(trial_id))
+
+    def get_trial_param(self, trial_id: int, param_name: str) -> float:
+        return self._read(lambda: self._backend.get_trial_param(trial_id, param_name))
+
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
+        return self._write(lambda: self._backend.set_trial_state_values(trial_id, state, values))
+
+    def set_trial_intermediate_value(
+        self, trial_id: int, step: int, intermediate_value: float
+    ) -> None:
+        self._write(
+            lambda: self._backend.set_trial_intermediate_value(trial_id, step, intermediate_value)
+        )
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._write(lambda: self._backend.set_trial_user_attr(trial_id, key, value))
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._write(lambda: self._backend.set_trial_system_attr(trial_id, key, value))
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        return self._read(lambda: self._backend.get_trial(trial_id))
+
+    def get_all_trials(
+        self,
+        study_id: int,
+        deepcopy: bool = True,
+        states: Container[TrialState] | None = None,
+    ) -> list[FrozenTrial]:
+        return self._read(lambda: self._backend.get_all_trials(study_id, deepcopy, states))
+
+    def get_n_trials(
+        self, study_id: int, state: tuple[TrialState, ...] | TrialState | None = None
+    ) -> int:
+        return self._read(lambda: self._backend.get_n_trials(study_id, state))
+
+    def get_best_trial(self, study_id: int) -> FrozenTrial:
+        return self._read(lambda: self._backend.get_best_trial(study_id))
+
+    def get_trial_params(self, trial_id: int) -> dict[str, Any]:
+        return self._read(lambda: self._backend.get_trial_params(trial_id))
+
+    def get_trial_user_attrs(self, trial_id: int) -> dict[str, Any]:
+        return self._read(lambda: self._backend.get_trial_user_attrs(trial_id))
+
+    def get_trial_system_attrs(self, trial_id: int) -> dict[str, Any]:
+        return self._read(lambda: self._backend.get_trial_system_attrs(trial_id))
+
+    def remove_session(self) -> None:
+        self._backend.remove_session()
+
+    def check_trial_is_updatable(self, trial_id: int, trial_state: TrialState) -> None:
+        self._backend.check_trial_is_updatable(trial_id, trial_state)
 
 
 def artifact_store(paths: StudyPaths) -> optuna.artifacts.FileSystemArtifactStore:
@@ -385,14 +582,14 @@ class storage_faults:  # a context manager: `with storage_faults(paths):`
             raise fault from exc
 
 
-def open_for_reading(paths: StudyPaths) -> optuna.storages.RDBStorage:
+def open_for_reading(paths: StudyPaths) -> RetryLockedStorage:
     """Open a study storage for reports and listings, also where it cannot be written.
 
     A SQLite file that may not be written (mode 0444, a read-only folder or filesystem) is
     opened read-only (``mode=ro``; ``immutable`` where not even SQLite's shared-memory file can
     be created), so ``study report`` and ``status`` work on it. Other storages: as
     :func:`open_storage` with ``writing=False``. The file is probed once, so a damaged one is
-    reported here, as a message.
+    reported here, as a message. The storage is wrapped as :func:`open_storage`'s is.
 
     Raises:
         StorageError: no such file, a corrupted file, or a storage that cannot be opened.
@@ -420,7 +617,7 @@ def open_for_reading(paths: StudyPaths) -> optuna.storages.RDBStorage:
     return rdb
 
 
-def _open_sqlite_read_only(paths: StudyPaths, db: Path) -> optuna.storages.RDBStorage:
+def _open_sqlite_read_only(paths: StudyPaths, db: Path) -> RetryLockedStorage:
     import os
     import urllib.parse
 
@@ -440,7 +637,7 @@ def _open_sqlite_read_only(paths: StudyPaths, db: Path) -> optuna.storages.RDBSt
             )
             rdb.get_all_studies()
             log.debug("opened %s read-only (%s)", db, mode)
-            return rdb
+            return RetryLockedStorage(cached_storage(rdb))
         except Exception as e:  # each SQLAlchemy / Optuna failure: try the next mode
             last = e
     assert last is not None

@@ -16,24 +16,19 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from autotune._errors import BenchmarkError, BenchmarkTimeout, Cancelled
 from autotune._knobs import ServerConfig
+from autotune._redact import redact_file, redact_values
 from autotune.bench import (
     BenchmarkClient,
-    BenchmarkResult,
     ClientOptions,
     Measurement,
     measure_sync,
 )
 from autotune.crashes import LiveClassifier, classify_file
 from autotune.engines import Engine, LaunchSpec
-from autotune.engines._redact import redact_file, redact_values
 from autotune.server import (
     GpuMonitor,
     GpuUsage,
@@ -44,41 +39,20 @@ from autotune.server import (
     wait_port_released,
 )
 from autotune.space import ObjectiveSpec, SearchSpace
+from autotune.study._evaluate import (
+    TrialContext,
+    TrialEvaluator,
+    TrialFiles,
+    TrialHooks,
+    refusal,
+)
 from autotune.study._feasibility import Feasibility
-from autotune.study._record import INFEASIBLE, OK, TIMEOUT, TrialRecord
+from autotune.study._record import Outcome, TrialRecord
 
 log = logging.getLogger("autotune.study")
 
 #: Launches of one trial when another program takes its port in the meantime.
 PORT_ATTEMPTS = 3
-
-
-@dataclass
-class TrialFiles:
-    """Files a trial leaves behind, uploaded as artifacts."""
-
-    folder: Path
-    server_log: Path | None = None
-    results: Path | None = None
-
-    def existing(self) -> list[Path]:
-        return [p for p in (self.server_log, self.results) if p is not None and p.exists()]
-
-
-@dataclass
-class TrialHooks:
-    """Callbacks of a running trial: the process record, phase changes, early stop."""
-
-    on_launch: Callable[[dict[str, Any]], None] = lambda identity: None
-    #: Around the launch and ``on_launch``: holds Ctrl-C back until the server is recorded.
-    launching: Callable[[], AbstractContextManager[None]] = nullcontext
-    on_phase: Callable[[str], None] = lambda phase: None
-    early_stop: Callable[[Sequence[BenchmarkResult]], bool] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: Asked by the waits: True ends the trial (its server stopped) with :class:`Cancelled`.
-    cancelled: Callable[[], bool] = lambda: False
-    #: Asked while the server is being stopped: True sends SIGKILL without waiting for TERM.
-    urgent: Callable[[], bool] = lambda: False
 
 
 class TrialRunner:
@@ -89,13 +63,10 @@ class TrialRunner:
         space: SearchSpace,
         engine: Engine,
         feasibility: Feasibility,
-        *,
-        sglang_command: Callable[[ServerConfig, int], str] | None = None,
     ) -> None:
         self.space = space
         self.engine = engine
         self.feasibility = feasibility
-        self.sglang_command = sglang_command
         self._gpus: GpuMonitor | None = None
 
     @property
@@ -118,30 +89,31 @@ class TrialRunner:
         files: TrialFiles,
         hooks: TrialHooks,
     ) -> TrialRecord:
-        """Run one trial of ``config`` (``params``: the searched knobs; None for the baseline)."""
-        verdict = None if role == "baseline" else self.feasibility.check(config, params)
-        if verdict is not None:
-            return TrialRecord(
-                outcome=INFEASIBLE,
-                role=role,
-                failure_line=verdict.reason,
-                advice=f"refused before launch ({verdict.category})",
-                extra={"refused_as": verdict.category},
-            )
+        """Run one trial of ``config`` (``params``: the searched knobs; None for the baseline):
+        refused before launch (:func:`~autotune.study._evaluate.refusal`), else launched."""
+        refused = refusal(self.feasibility, config, params, role=role)
+        if refused is not None:
+            return refused
+        return self.launch(config, role=role, files=files, hooks=hooks)
+
+    def launch(
+        self, config: ServerConfig, *, role: str, files: TrialFiles, hooks: TrialHooks
+    ) -> TrialRecord:
+        """Launch ``config`` (judged runnable already), watch the start-up, benchmark, stop."""
         spec = self.engine.spec
         preferred: int | None = spec.port
-        record = TrialRecord(outcome=OK, role=role)
+        record = TrialRecord(outcome=Outcome.OK, role=role)
         for _ in range(PORT_ATTEMPTS):
             _check_cancelled(hooks)
             port = find_free_port(spec.host, preferred=preferred)
             record = self._launch_once(config, port, role, files, hooks)
-            if not _port_taken(record):
+            if record.outcome is not Outcome.PORT_IN_USE:
                 break
             # another program took the port between the check and the server's bind: that
             # says nothing about the configuration, so launch again on another port
             log.warning("port %d was taken before the server bound it; launching again", port)
             preferred = None
-        if record.outcome != OK:
+        if record.outcome is not Outcome.OK:
             _check_log_disk(files)
         return record
 
@@ -150,9 +122,10 @@ class TrialRunner:
     ) -> TrialRecord:
         spec = self.engine.spec
         launch = self.engine.build_launch(config, port=port, workload=self.space.workload)
-        record = TrialRecord(outcome=OK, role=role, command=launch.display())
-        if self.sglang_command is not None:
-            record.extra["sglang_command"] = self.sglang_command(config, spec.port)
+        record = TrialRecord(outcome=Outcome.OK, role=role, command=launch.display())
+        record.sglang_command = self.engine.reference_command(
+            config, port=spec.port, workload=self.space.workload
+        )
         files.folder.mkdir(parents=True, exist_ok=True)
         files.server_log = files.folder / "server.log"
         gpus = self.gpus()
@@ -217,8 +190,8 @@ class TrialRunner:
         hooks.on_phase("startup")
         startup = wait_for_startup(
             proc,
-            classifier=LiveClassifier(),
-            is_ready_line=self.engine.is_ready_line,
+            classifier=LiveClassifier(self.engine.crash_rules()),
+            readiness=self.engine.readiness(),
             url=launch.url,
             timeout_s=timeouts.startup_s,
             api_key=launch.api_key,
@@ -229,12 +202,14 @@ class TrialRunner:
         record.startup_s = startup.startup_s
         if not startup.ready:
             record.outcome = (
-                TIMEOUT if startup.status == "timeout" else (startup.category or "other_crash")
+                Outcome.TIMEOUT
+                if startup.status == "timeout"
+                else Outcome.of_crash(startup.category)
             )
             record.failure_line = startup.failure_line
-            if files.server_log is not None and record.outcome != TIMEOUT:
-                record.advice = classify_file(files.server_log).advice
-            elif record.outcome == TIMEOUT:
+            if files.server_log is not None and record.outcome is not Outcome.TIMEOUT:
+                record.advice = classify_file(files.server_log, self.engine.crash_rules()).advice
+            elif record.outcome is Outcome.TIMEOUT:
                 record.advice = (
                     f"the server did not become ready within {timeouts.startup_s:.0f} s; "
                     "raise engine.timeouts.startup_s if it is merely slow"
@@ -244,7 +219,10 @@ class TrialRunner:
         # a stream silent for longer than one request may take has failed: end it then
         silence = min(ClientOptions.read_timeout_s, timeouts.request_s)
         options = ClientOptions.from_timeouts(
-            timeouts, read_timeout_s=silence, headers=launch.auth_headers
+            timeouts,
+            read_timeout_s=silence,
+            headers=launch.auth_headers,
+            server_api=self.engine.server_api(),
         )
         client = BenchmarkClient(launch.url, options)
         started = time.monotonic()
@@ -255,10 +233,13 @@ class TrialRunner:
                 early_stop=hooks.early_stop,
                 cancelled=hooks.cancelled,
             )
+        except BenchmarkTimeout as e:
+            record.benchmark_s = time.monotonic() - started
+            self._benchmark_failed(proc, record, files, str(e), timed_out=True)
+            return
         except BenchmarkError as e:
             record.benchmark_s = time.monotonic() - started
-            timed_out = isinstance(e, BenchmarkTimeout)
-            self._benchmark_failed(proc, record, files, str(e), timed_out=timed_out)
+            self._benchmark_failed(proc, record, files, str(e))
             return
         record.benchmark_s = time.monotonic() - started
         self._record_measurement(record, measurement, files)
@@ -276,19 +257,20 @@ class TrialRunner:
         timed_out: bool = False,
     ) -> None:
         proc.poll()
-        verdict = classify_file(files.server_log) if files.server_log else None
+        rules = self.engine.crash_rules()
+        verdict = classify_file(files.server_log, rules) if files.server_log else None
         if verdict is not None and verdict.is_crash:
-            record.outcome = verdict.category
+            record.outcome = Outcome.of_crash(verdict.category)
             record.failure_line = verdict.evidence
             record.advice = verdict.advice
         elif timed_out:
-            record.outcome = TIMEOUT
+            record.outcome = Outcome.TIMEOUT
             record.failure_line = detail
         else:
-            record.outcome = "other_crash"
+            record.outcome = Outcome.OTHER_CRASH
             record.failure_line = detail
         record.value = None
-        record.extra["benchmark_error"] = detail
+        record.benchmark_error = detail
 
     def _record_measurement(
         self, record: TrialRecord, measurement: Measurement, files: TrialFiles
@@ -347,14 +329,6 @@ def _check_log_disk(files: TrialFiles) -> None:
         )
 
 
-def _port_taken(record: TrialRecord) -> bool:
-    """Whether a start-up failed only because the port was already bound."""
-    if record.outcome in (OK, TIMEOUT):
-        return False
-    line = (record.failure_line or "").lower()
-    return "address already in use" in line or "errno 98" in line
-
-
 def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 4)
 
@@ -368,6 +342,17 @@ def _redact_record(record: TrialRecord, files: TrialFiles, secrets: set[str]) ->
         record.failure_line = redact_values(record.failure_line, secrets)
     if record.advice:
         record.advice = redact_values(record.advice, secrets)
-    error = record.extra.get("benchmark_error")
-    if isinstance(error, str):
-        record.extra["benchmark_error"] = redact_values(error, secrets)
+    if record.benchmark_error:
+        record.benchmark_error = redact_values(record.benchmark_error, secrets)
+
+
+class ServerEvaluator(TrialEvaluator):
+    """The real trial: launch the server, follow its log, benchmark it, stop it."""
+
+    def __init__(self, trials: TrialRunner) -> None:
+        self.trials = trials
+
+    def evaluate(self, config: ServerConfig, context: TrialContext) -> TrialRecord:
+        return self.trials.launch(
+            config, role=context.role, files=context.files, hooks=context.hooks
+        )

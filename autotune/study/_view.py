@@ -6,18 +6,19 @@ model's space; the study itself is never changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import SearchSpace
-from autotune.study._record import OK, is_crash
+from autotune.study._optuna import SamplerStudy, constraint_system_attrs, is_proposal_note
+from autotune.study._record import Outcome, outcome_of
 from autotune.study._reparam import DraftFill
 
 
-class StudyView:
+class StudyView(SamplerStudy):
     """The study as the base sampler sees it (see the module docstring)."""
 
     def __init__(
@@ -29,7 +30,7 @@ class StudyView:
         *,
         crashes: bool = True,
     ) -> None:
-        self._study = study
+        super().__init__(study)
         self._with_crashes = crashes
         self._space = space
         self._constraints = constraints
@@ -39,24 +40,16 @@ class StudyView:
         self._worst = 0.0
         self._real = self._build()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
-
     def add_phantom(self, params: Mapping[str, Any]) -> None:
         self._phantoms.append(self._frozen(params, None))
 
     def usable_count(self) -> int:
         return len(self._real) + len(self._phantoms)
 
-    def _get_trials(
-        self,
-        deepcopy: bool = True,
-        states: Sequence[TrialState] | None = None,
-        use_cache: bool = False,
-    ) -> list[FrozenTrial]:
+    def sampler_trials(self, states: Container[TrialState] | None) -> list[FrozenTrial]:
         running = [
             t
-            for t in self._study._get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            for t in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if self._required <= set(t.params)
         ]
         everything = self._real + self._phantoms + running
@@ -64,21 +57,12 @@ class StudyView:
             return list(everything)
         return [t for t in everything if t.state in states]
 
-    def get_trials(
-        self, deepcopy: bool = True, states: Sequence[TrialState] | None = None
-    ) -> list[FrozenTrial]:
-        return self._get_trials(deepcopy, states)
-
-    @property
-    def trials(self) -> list[FrozenTrial]:
-        return self._get_trials()
-
-    @property
-    def _storage(self) -> Any:
-        return _QuietStorage(self._study._storage)
+    def keeps_note(self, key: str) -> bool:
+        """The base sampler's notes about a proposal that may be replaced are not stored."""
+        return not is_proposal_note(key)
 
     def _build(self) -> list[FrozenTrial]:
-        finished = self._study._get_trials(
+        finished = self._study.get_trials(
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
         )
         usable = [t for t in finished if t.params and self._required <= set(t.params)]
@@ -90,10 +74,10 @@ class StudyView:
             self._worst = min(measured) if maximize else max(measured)
         out = []
         for t in usable:
-            outcome = t.user_attrs.get("outcome")
-            if t.state == TrialState.COMPLETE and outcome == OK and t.value is not None:
+            outcome = outcome_of(t.user_attrs)
+            if t.state == TrialState.COMPLETE and outcome is Outcome.OK and t.value is not None:
                 out.append(self._frozen(t.params, t))
-            elif is_crash(outcome) and self._with_crashes:
+            elif outcome is not None and outcome.unmeasurable and self._with_crashes:
                 out.append(self._frozen(t.params, None))
         return out
 
@@ -112,20 +96,5 @@ class StudyView:
             value=value,
             params={k: params[k] for k in dists if k in params},
             distributions={k: d for k, d in dists.items() if k in params},
-            system_attrs={"constraints": constraints},
+            system_attrs=constraint_system_attrs(constraints),
         )
-
-
-class _QuietStorage:
-    """The storage, minus the base sampler's notes about a proposal that may be replaced."""
-
-    def __init__(self, storage: Any) -> None:
-        self._storage = storage
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._storage, name)
-
-    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
-        if key.startswith("relative_params"):
-            return
-        self._storage.set_trial_system_attr(trial_id, key, value)

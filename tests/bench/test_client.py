@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from autotune._errors import BenchmarkError
+from autotune._launch import Timeouts
 from autotune.bench import BenchmarkClient, ClientOptions, LengthDist, WorkloadSpec, run_benchmark
-from autotune.engines._spec import Timeouts
 
 from ._server import ProtocolServer
 

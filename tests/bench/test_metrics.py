@@ -13,7 +13,6 @@ from autotune.bench import (
     Acceptance,
     RequestRecord,
     acceptance_from_records,
-    acceptance_from_server,
     compute_result,
     percentile,
 )
@@ -145,47 +144,6 @@ def test_result_prefers_request_acceptance_over_server() -> None:
     plain = [RequestRecord(index=0, start=0.0, ttft=0.1, e2e=0.2, chunk_times=(0.1,))]
     result = compute_result(plain, url=URL, api="chat", acceptance=server)
     assert (result.accept_length, result.acceptance_source) == (9.0, "server_info_lifetime")
-
-
-def test_server_counters_are_diffed() -> None:
-    before = {"internal_states": [{"spec_total_num_accept_tokens": 100,
-                                   "spec_total_num_forward_ct": 50,
-                                   "avg_spec_accept_length": 2.0}]}  # fmt: skip
-    after = {"internal_states": [{"spec_total_num_accept_tokens": 400,
-                                  "spec_total_num_forward_ct": 150,
-                                  "avg_spec_accept_length": 2.67}]}  # fmt: skip
-    acc = acceptance_from_server(before, after)
-    assert acc == Acceptance(pytest.approx(3.0), None, "server_info_diff")
-
-
-def test_lifetime_average_is_labelled_as_such() -> None:
-    after = {"internal_states": [{"avg_spec_accept_length": 2.0}, {"avg_spec_accept_length": 3.0}]}
-    acc = acceptance_from_server({"internal_states": [{}]}, after)
-    assert acc == Acceptance(2.5, None, "server_info_lifetime")
-
-
-def test_disaggregated_server_info_reads_the_decode_side() -> None:
-    after = {"decode": [{"internal_states": [{"avg_spec_accept_length": 3.25}]}]}
-    acc = acceptance_from_server(None, after)
-    assert acc is not None and acc.accept_length == 3.25
-
-
-def test_metrics_gauge_when_server_info_has_nothing() -> None:
-    text = (
-        "# TYPE sglang:spec_accept_length gauge\n"
-        'sglang:spec_accept_length{tp_rank="0"} 2.0\n'
-        'sglang:spec_accept_length{tp_rank="1"} 4.0 1700000000\n'
-        'sglang:spec_accept_length_total{tp_rank="0"} 99\n'
-        "sglang:spec_accept_rate 0.25\n"
-    )
-    acc = acceptance_from_server(None, {"internal_states": [{}]}, text)
-    assert acc == Acceptance(3.0, 0.25, "metrics_gauge")
-
-
-def test_no_acceptance_anywhere() -> None:
-    text = "sglang:spec_accept_length 0.0\n"  # a server without speculation reports 0
-    assert acceptance_from_server(None, {"internal_states": [{}]}, text) is None
-    assert acceptance_from_server(None, None, None) is None
 
 
 def test_to_dict_is_json_with_the_metric_names() -> None:

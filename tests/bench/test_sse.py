@@ -7,6 +7,7 @@ import json
 import pytest
 
 from autotune.bench import SSEDecoder, StreamAccumulator, StreamFormatError, decode_json
+from autotune.engines.sglang import SGLANG_API
 
 
 def feed_all(chunks: list[bytes]) -> list[str]:
@@ -91,7 +92,7 @@ def _events(*objs: object) -> bytes:
 
 
 def test_generate_stream_counts_tokens_per_chunk() -> None:
-    acc = StreamAccumulator("generate")
+    acc = StreamAccumulator("generate", SGLANG_API)
     meta = {"prompt_tokens": 5, "spec_verify_ct": 1}
     over = acc.feed(_events({"text": "a", "meta_info": {**meta, "completion_tokens": 1}}), 0.1)
     assert not over
@@ -116,7 +117,7 @@ def test_generate_stream_counts_tokens_per_chunk() -> None:
     assert acc.chunk_tokens == [1, 4]
     assert acc.completion_tokens == 4
     assert acc.prompt_tokens == 5
-    assert acc.spec["spec_verify_ct"] == 2
+    assert acc.spec.verify_ct == 2
     assert acc.finished and acc.done
 
 

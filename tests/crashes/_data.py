@@ -1,10 +1,14 @@
-"""The labelled logs the crash tests read."""
+"""The labelled logs the crash tests read, and the classifier with SGLang's rules they read
+them by."""
 
 from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+
+from autotune import crashes
+from autotune.engines.sglang import SGLANG_CRASH_RULES as RULES
 
 DATA = Path(__file__).resolve().parent / "data"
 REAL = DATA / "sglang_logs"
@@ -39,3 +43,18 @@ def raw_lines(path: Path) -> list[str]:
     if text.endswith("\n"):
         lines.pop()
     return lines
+
+
+def classify_text(text: str) -> crashes.Classification:
+    """The verdict of SGLang's rules on ``text``."""
+    return crashes.classify_text(text, RULES)
+
+
+def classify_file(path: Path | str) -> crashes.Classification:
+    """The verdict of SGLang's rules on the log file at ``path``."""
+    return crashes.classify_file(path, RULES)
+
+
+def new_live() -> crashes.LiveClassifier:
+    """A live classifier with SGLang's rules."""
+    return crashes.LiveClassifier(RULES)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from autotune.crashes import CRASH_CATEGORIES, HEALTHY_CATEGORIES, classify_file, classify_text
-from autotune.crashes._advice import AdviceContext, advise
-from autotune.crashes._rules import TAG_DRAFT, TAG_LOADING
+from autotune.crashes import (
+    CRASH_CATEGORIES,
+    HEALTHY_CATEGORIES,
+    TAG_DRAFT,
+    TAG_LOADING,
+    AdviceContext,
+)
+from autotune.engines.sglang._crash_advice import advise
 
-from ._data import REAL, UNSEEN
+from ._data import REAL, UNSEEN, classify_file, classify_text
 
 
 def test_every_category_has_advice() -> None:
@@ -44,8 +49,13 @@ def test_bad_args_advice_names_the_flag() -> None:
     assert "--attention-backend" in choice and "fa5" in choice
 
 
+def test_a_port_in_use_is_its_own_category_with_its_advice() -> None:
+    verdict = classify_file(UNSEEN / "u22_port_in_use.log")
+    assert (verdict.category, verdict.line_number) == ("port_in_use", 4)
+    assert "port is already in use" in verdict.advice
+
+
 def test_other_crash_advice_for_known_non_tuning_causes() -> None:
-    assert "port" in classify_file(UNSEEN / "u22_port_in_use.log").advice
     assert "host" in classify_file(UNSEEN / "u25_host_oom_slurm.log").advice
     assert "architecture" in classify_file(REAL / "20_other_crash.log").advice
     assert "symm" in classify_file(UNSEEN / "u07_torch_symm_mem_sm120_slurm.log").advice

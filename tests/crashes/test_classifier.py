@@ -8,16 +8,19 @@ from pathlib import Path
 import pytest
 
 from autotune import ConfigError
-from autotune.crashes import (
-    CRASH_CATEGORIES,
-    HEALTHY_CATEGORIES,
-    Classification,
-    LiveClassifier,
+from autotune.crashes import CRASH_CATEGORIES, HEALTHY_CATEGORIES, Classification, LiveClassifier
+
+from ._data import (
+    REAL,
+    UNSEEN,
+    Labelled,
+    all_logs,
     classify_file,
     classify_text,
+    labels,
+    new_live,
+    raw_lines,
 )
-
-from ._data import REAL, UNSEEN, Labelled, all_logs, labels, raw_lines
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,7 +45,7 @@ def _ids(items: list[Labelled]) -> list[str]:
 
 def _live(path: Path) -> tuple[LiveClassifier, int | None]:
     """Feed ``path`` line by line; also return the line at which feed() first decided."""
-    live = LiveClassifier()
+    live = new_live()
     first: int | None = None
     for number, line in enumerate(raw_lines(path), start=1):
         if live.feed(line) is not None and first is None:
@@ -123,7 +126,7 @@ def test_live_decides_at_the_cause_not_at_the_generic_header(name: str, decides_
     ],
 )
 def test_live_decides_unseen_logs_at_their_cause(name: str, decides_at: int, category: str) -> None:
-    live = LiveClassifier()
+    live = new_live()
     for number, line in enumerate(raw_lines(UNSEEN / name), start=1):
         verdict = live.feed(line)
         if verdict is not None:
@@ -136,7 +139,7 @@ def test_live_decides_unseen_logs_at_their_cause(name: str, decides_at: int, cat
 
 def test_generic_scheduler_exception_is_remembered_but_not_decisive() -> None:
     lines = raw_lines(REAL / "05_oom_kv_pool.log")
-    live = LiveClassifier()
+    live = new_live()
     assert live.state == "starting"
     assert "Scheduler hit an exception" in lines[0]
     assert live.feed(lines[0]) is None
@@ -158,7 +161,7 @@ def test_finish_prefers_the_specific_cause_over_generic_lines_around_it() -> Non
 
 
 def test_states_follow_a_healthy_start() -> None:
-    live = LiveClassifier()
+    live = new_live()
     assert live.feed("[2026-01-01 10:00:00 TP0] Load weight begin. avail mem=78.00 GB") is None
     assert live.state == "starting"
     assert live.feed("[2026-01-01 10:05:00] The server is fired up and ready to roll!") is None
@@ -244,7 +247,7 @@ def test_host_memory_and_model_architecture_are_not_gpu_problems() -> None:
 
 
 def test_feed_counts_every_line_of_a_chunk() -> None:
-    live = LiveClassifier()
+    live = new_live()
     chunk = "\n".join(raw_lines(REAL / "05_oom_kv_pool.log")) + "\n"
     verdict = live.feed(chunk)
     assert verdict is not None

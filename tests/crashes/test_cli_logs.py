@@ -45,6 +45,18 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["advice"]
 
 
+def test_the_engine_kind_picks_the_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    log = str(REAL / "05_oom_kv_pool.log")
+    assert main(["logs", "classify", log]) == 1
+    default = capsys.readouterr().out
+    assert main(["logs", "classify", log, "--engine", "sglang"]) == 1
+    assert capsys.readouterr().out == default  # SGLang's rules are the default
+    assert main(["logs", "classify", log, "--engine", "sim"]) == 1  # the simulator logs alike
+    assert capsys.readouterr().out == default
+    assert main(["logs", "classify", log, "--engine", "no-such-engine"]) == 2
+    assert "unknown engine kind 'no-such-engine'" in capsys.readouterr().err
+
+
 def test_missing_file_is_a_message_and_exit_code_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.crashes import LiveClassifier, classify_file
+from ._data import classify_file, new_live
 
 DATA = Path(__file__).parent / "data" / "real_gpu"
 
@@ -20,7 +20,7 @@ def test_graph_capture_oom_on_an_h200_is_a_graph_oom() -> None:
 
 def test_the_live_classifier_decides_at_the_capture_line() -> None:
     lines = (DATA / "h200_graph_capture_oom.log").read_text().splitlines()
-    live = LiveClassifier()
+    live = new_live()
     decided = None
     for number, line in enumerate(lines, start=1):
         if live.feed(line) is not None:

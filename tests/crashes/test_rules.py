@@ -4,44 +4,46 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.crashes import _rules as rules
+from autotune.crashes import CRASH_CATEGORIES
+from autotune.engines.sglang import _crash_rules as rules
+from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES as RULES
 
 NO_TAGS: frozenset[str] = frozenset()
 
 
 def cause(line: str, tags: frozenset[str] = NO_TAGS, capture: bool = False) -> str | None:
-    found = rules.specific_cause(line, rules.parse_exception(line), tags, capture)
+    found = rules.specific_cause(line, RULES.parse_exception(line), tags, capture)
     return None if found is None else found[0]
 
 
 def test_exception_lines() -> None:
-    assert rules.parse_exception("torch.OutOfMemoryError: CUDA out of memory.") == (
+    assert RULES.parse_exception("torch.OutOfMemoryError: CUDA out of memory.") == (
         "OutOfMemoryError",
         "CUDA out of memory.",
     )
-    assert rules.parse_exception("AssertionError") == ("AssertionError", "")
-    assert rules.parse_exception("KeyError: 12") == ("KeyError", "12")
-    assert rules.parse_exception("  what():  CUDA error: out of memory") == (
+    assert RULES.parse_exception("AssertionError") == ("AssertionError", "")
+    assert RULES.parse_exception("KeyError: 12") == ("KeyError", "12")
+    assert RULES.parse_exception("  what():  CUDA error: out of memory") == (
         "what()",
         "CUDA error: out of memory",
     )
-    assert rules.parse_exception("Scheduler hit an exception: Traceback") is None
-    assert rules.parse_exception("x.py:558: UserWarning: Using a slow tokenizer.") is None
+    assert RULES.parse_exception("Scheduler hit an exception: Traceback") is None
+    assert RULES.parse_exception("x.py:558: UserWarning: Using a slow tokenizer.") is None
 
 
 def test_frames_and_their_tags() -> None:
-    frame = rules.parse_frame('  File "/s/model_runner.py", line 628, in init_memory_pool')
+    frame = RULES.parse_frame('  File "/s/model_runner.py", line 628, in init_memory_pool')
     assert frame is not None
     path, func = frame
     assert func == "init_memory_pool"
     assert rules.frame_tags(path, func) == {rules.TAG_KV_POOL}
-    assert rules.parse_frame('  File "/sgl-workspace/sglang/py') == ("/sgl-workspace/sglang/py", "")
+    assert RULES.parse_frame('  File "/sgl-workspace/sglang/py') == ("/sgl-workspace/sglang/py", "")
     graph = rules.frame_tags("/s/speculative/eagle_draft_cuda_graph_runner.py", "__init__")
     assert graph == {rules.TAG_CAPTURE, rules.TAG_DRAFT}
     assert rules.TAG_CAPTURE not in rules.frame_tags("/s/cuda_graph_runner.py", "replay")
     assert rules.TAG_SYMM_MEM in rules.frame_tags("/s/torch_symm_mem.py", "__init__")
     assert rules.TAG_ARGS in rules.frame_tags("/s/srt/server_args.py", "__post_init__")
-    assert rules.called_function("    self.init_memory_pool(min_per_gpu_memory)") == (
+    assert RULES.called_function("    self.init_memory_pool(min_per_gpu_memory)") == (
         "init_memory_pool"
     )
 
@@ -86,10 +88,36 @@ def test_frames_and_their_tags() -> None:
         ("RuntimeError: NCCL error: unhandled system error", "nccl_error"),
         ("launch_server.py: error: unrecognized arguments: --enable_metrics", "bad_args"),
         ("launch_server.py: error: the following arguments are required: --model-path", "bad_args"),
+        (
+            "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
+            "address already in use",
+            "port_in_use",
+        ),
+        (
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+            "local network address. port: 30001, useIpv6: false, code: -98, name: EADDRINUSE",
+            "port_in_use",
+        ),
+        ("zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:5757')", "port_in_use"),
+        ("OSError: [Errno 98] Address in use", "port_in_use"),
     ],
 )
 def test_specific_causes(line: str, category: str) -> None:
     assert cause(line) == category
+
+
+def test_a_port_in_use_decides_a_crash_that_was_only_a_strong_sign() -> None:
+    line = "ERROR:    [Errno 98] error while attempting to bind on address: address already in use"
+    assert rules.may_matter("name: EADDRINUSE") and rules.may_matter("[errno 98] taken")
+    assert not rules.is_strong_crash(line)  # a specific cause now, not a generic sign
+    assert rules.CAUSE_PRIORITY.index("port_in_use") < rules.CAUSE_PRIORITY.index("nccl_error")
+    assert "port_in_use" in CRASH_CATEGORIES
+
+
+def test_collective_timeouts() -> None:
+    assert rules.is_collective_timeout("Watchdog caught collective operation timeout: WorkNCCL")
+    assert rules.is_collective_timeout("NCCL operations have failed or TIMED OUT")
+    assert not rules.is_collective_timeout("NCCL error: unhandled system error")
 
 
 def test_context_changes_what_an_exception_means() -> None:
@@ -136,7 +164,7 @@ def test_noise_warnings_and_hints() -> None:
 def test_every_exception_shape_passes_the_prefilter() -> None:
     for name in ("KeyboardInterrupt", "SystemExit", "FooFailure", "BarFault", "BazError"):
         assert rules.may_matter(f"{name}: x")
-        assert rules.parse_exception(f"{name}: x") == (name, "x")
+        assert RULES.parse_exception(f"{name}: x") == (name, "x")
     assert not rules.may_matter('[2026-01-01] INFO:     127.0.0.1:5 - "POST /generate" 200 OK')
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.crashes import classify_text
+from ._data import classify_text
 
 FRAME = '  File "/x/sglang/srt/{}", line {}, in {}'
 
@@ -50,7 +50,7 @@ SCENARIOS: dict[str, tuple[str, list[str]]] = {
         ["ValueError: Unknown speculative algorithm name: EAGLE-3"],
     ),
     "dist_port_in_use": (
-        "other_crash",
+        "port_in_use",
         [
             "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
             "local network address. port: 30001, useIpv6: false, code: -98, name: EADDRINUSE, "

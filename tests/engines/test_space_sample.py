@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from autotune._errors import AutotuneError, ConfigError, EngineError
 from autotune.cli._space_sample import register
-from autotune.space import check_rules, load_space
+from autotune.engines.sglang._rules import check_rules
+from autotune.space import load_space
 
 REPO = Path(__file__).resolve().parents[2]
 SPACE = REPO / "search_spaces" / "eagle3.yaml"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import httpx
 
-from autotune.server._startup import _probe
+from autotune.server._startup import Probe, _probe
+
+PROBES = (Probe("/health_generate"), Probe("/get_model_info", json_object=True, needs_key=True))
 
 KEY = "probe-key-123"
 
@@ -19,12 +21,12 @@ def _server(request: httpx.Request) -> httpx.Response:
 
 def test_probe_sends_the_key() -> None:
     with httpx.Client(transport=httpx.MockTransport(_server)) as client:
-        assert _probe(client, "http://127.0.0.1:1", 5.0, KEY) is None
+        assert _probe(client, "http://127.0.0.1:1", PROBES, 5.0, KEY) is None
 
 
 def test_probe_without_the_key_says_so() -> None:
     with httpx.Client(transport=httpx.MockTransport(_server)) as client:
-        failure = _probe(client, "http://127.0.0.1:1", 5.0)
+        failure = _probe(client, "http://127.0.0.1:1", PROBES, 5.0)
         assert failure == "GET /get_model_info answered 401 (the server wants an API key)"
-        wrong = _probe(client, "http://127.0.0.1:1", 5.0, "other")
+        wrong = _probe(client, "http://127.0.0.1:1", PROBES, 5.0, "other")
         assert wrong is not None and "the API key was refused" in wrong and "other" not in wrong

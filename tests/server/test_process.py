@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from autotune._errors import ServerError
-from autotune.engines._spec import LaunchSpec
+from autotune._launch import LaunchSpec
 from autotune.server import TOKEN_ENV, LogFollower, ServerProcess
 
 from ._support import read_pids, running, script, wait_until

@@ -8,16 +8,29 @@ from typing import Any
 import pytest
 
 from autotune._errors import ConfigError
-from autotune.engines._base import READY_LINE
-from autotune.server import ServerProcess, StartupResult, find_free_port, wait_for_startup
+from autotune.server import (
+    Probe,
+    Readiness,
+    ServerProcess,
+    StartupResult,
+    find_free_port,
+    wait_for_startup,
+)
 
 from ._support import SubstringClassifier, running, script
 
 HOST = "127.0.0.1"
 
 
-def is_ready(line: str) -> bool:
-    return READY_LINE in line
+#: The ready line the fake server prints (SGLang's), and SGLang's probes.
+READY_LINE = "The server is fired up and ready to roll!"
+READINESS = Readiness(
+    ready_lines=(READY_LINE,),
+    probes=(
+        Probe("/health_generate"),
+        Probe("/get_model_info", json_object=True, needs_key=True),
+    ),
+)
 
 
 @pytest.fixture
@@ -42,7 +55,7 @@ def watch(
     return wait_for_startup(
         proc,
         classifier=classifier or SubstringClassifier(),
-        is_ready_line=is_ready,
+        readiness=READINESS,
         url=f"http://{HOST}:{port}",
         timeout_s=timeout_s,
         probe_interval_s=0.05,
@@ -162,7 +175,7 @@ def test_a_url_without_scheme_is_a_config_error(tmp_path: Path, port: int) -> No
         wait_for_startup(
             proc,
             classifier=SubstringClassifier(),
-            is_ready_line=is_ready,
+            readiness=READINESS,
             url=f"{HOST}:{port}",
             timeout_s=5,
         )

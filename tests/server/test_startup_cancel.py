@@ -6,11 +6,13 @@ import threading
 import time
 from pathlib import Path
 
-from autotune.server import ServerProcess, find_free_port, wait_for_startup
+from autotune.server import Readiness, ServerProcess, find_free_port, wait_for_startup
 
 from ._support import SubstringClassifier, script
 
 HOST = "127.0.0.1"
+#: A server whose log never says it is ready.
+NEVER_READY = Readiness(ready_lines=(), probes=())
 
 
 def test_a_stop_asked_for_ends_the_wait_at_once(tmp_path: Path) -> None:
@@ -23,7 +25,7 @@ def test_a_stop_asked_for_ends_the_wait_at_once(tmp_path: Path) -> None:
         result = wait_for_startup(
             proc,
             classifier=SubstringClassifier(),
-            is_ready_line=lambda line: False,
+            readiness=NEVER_READY,
             url=f"http://{HOST}:{port}",
             timeout_s=300,
             cancelled=stop.is_set,
@@ -40,7 +42,7 @@ def test_already_cancelled_returns_before_anything_is_read(tmp_path: Path) -> No
         result = wait_for_startup(
             p,
             classifier=SubstringClassifier(),
-            is_ready_line=lambda line: False,
+            readiness=NEVER_READY,
             url=f"http://{HOST}:{port}",
             timeout_s=300,
             cancelled=lambda: True,

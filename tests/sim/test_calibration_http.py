@@ -32,6 +32,7 @@ import pytest
 
 from autotune.bench import BenchmarkClient, BenchmarkResult, ClientOptions, WorkloadSpec
 from autotune.crashes import classify_text
+from autotune.engines import EngineSpec, create_engine
 from autotune.sim import load_profile
 
 from ._procs import FAST_MODEL, FAST_PROFILE, READY_LINE, SEED_MODEL, SEED_PROFILE, SimLauncher
@@ -131,7 +132,8 @@ def assert_crashes(code: int, log: str, status: str, line: str) -> None:
     assert code != 0
     assert READY_LINE not in log
     assert line in log
-    assert classify_text(log).category == status
+    rules = create_engine(EngineSpec(kind="sim")).crash_rules()
+    assert classify_text(log, rules).category == status
 
 
 # --- 1-5: the seed system -------------------------------------------------------------------

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.space import check_rules, load_space
+from autotune.engines.sglang._rules import check_rules
+from autotune.space import load_space
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "search_spaces").glob("*.yaml"))

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from autotune._errors import ConfigError
+from autotune.engines.sglang._section import owned_flag
 from autotune.space import load_space
-from autotune.space._schema import is_loopback, owned_flag
+from autotune.space._schema import is_loopback
 
 from .test_schema import SPEC
 

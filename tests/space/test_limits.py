@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from autotune._errors import ConfigError
-from autotune.space import parse_space
-from autotune.space._loader import (
+from autotune._document import (
     MAX_DEPTH,
     MAX_EXPANDED,
     format_path,
     load_document,
     safe_data,
 )
+from autotune._errors import ConfigError
+from autotune.space import parse_space
 
 SPEC = "engine: {kind: sim, model_path: m, sim: {profile: h100-llama-3.1-8b}}\n"
 

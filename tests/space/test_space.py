@@ -11,7 +11,8 @@ import optuna
 import pytest
 
 from autotune._knobs import ServerConfig
-from autotune.space import ConstraintSpec, SearchSpace, check_rules, load_space, parse_space
+from autotune.engines.sglang._rules import check_rules
+from autotune.space import ConstraintSpec, SearchSpace, load_space, parse_space
 
 REPO = Path(__file__).resolve().parents[2]
 SPACES = REPO / "search_spaces"
@@ -257,3 +258,25 @@ def test_readme_examples_are_valid_spaces() -> None:
     assert annotated.objective.constraints[0].metric == "ttft_p99_ms"
     conditional = parse_space(blocks[1], source="README.md")
     assert conditional.conditional
+
+
+@pytest.mark.parametrize(
+    ("engine", "line"),
+    [
+        ("{kind: sim}", "engine:     sim (profile rtxpro6000x8-kimi-k2.5, SGLang 0.5.23 flags), "),
+        (
+            "{kind: sglang, model_path: org/m, check_paths: false, sglang_version: 0.5.3}",
+            "engine:     sglang (SGLang 0.5.3 flags), model org/m",
+        ),
+        (
+            "{kind: sglang, model_path: org/m, check_paths: false}",
+            "engine:     sglang, model org/m",
+        ),
+    ],
+)
+def test_the_summary_names_the_engine_as_the_engine_describes_its_section(
+    engine: str, line: str
+) -> None:
+    param = "mem_fraction_static: {type: float, low: 0.8, high: 0.9}"
+    text = f"engine: {engine}\nparameters:\n  {param}\n"
+    assert line in parse_space(text).summary()

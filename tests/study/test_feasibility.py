@@ -9,7 +9,8 @@ import pytest
 
 from autotune.engines import create_engine
 from autotune.space import load_space
-from autotune.study._feasibility import Feasibility
+from autotune.study._feasibility import Feasibility, LessonKind
+from autotune.study._record import Outcome
 
 SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "eagle3.yaml"
 
@@ -67,7 +68,7 @@ def test_the_memory_estimate_refuses_a_fraction_below_the_weights(
 
 
 def test_a_kv_pool_crash_condemns_every_lower_fraction(feasibility: Feasibility) -> None:
-    feasibility.learn([(4, params(mem_fraction_static=0.78), "oom_kv_pool")])
+    feasibility.learn([(4, params(mem_fraction_static=0.78), Outcome.OOM_KV_POOL)])
     lower = check(feasibility, params(mem_fraction_static=0.77, cuda_graph_max_bs=16))
     assert lower is not None and "trial 4" in lower.reason
     assert check(feasibility, params(mem_fraction_static=0.79)) is None
@@ -77,7 +78,7 @@ def test_a_graph_crash_condemns_only_configurations_at_least_as_large(
     feasibility: Feasibility,
 ) -> None:
     crashed = params(mem_fraction_static=0.92, cuda_graph_max_bs=128)
-    feasibility.learn([(7, crashed, "oom_cuda_graph")])
+    feasibility.learn([(7, crashed, Outcome.OOM_CUDA_GRAPH)])
     bigger = check(feasibility, params(mem_fraction_static=0.93, cuda_graph_max_bs=256))
     assert bigger is not None and bigger.category == "oom_cuda_graph"
     assert check(feasibility, params(mem_fraction_static=0.93, cuda_graph_max_bs=64)) is None
@@ -86,14 +87,65 @@ def test_a_graph_crash_condemns_only_configurations_at_least_as_large(
 
 def test_other_crashes_condemn_that_configuration_only(feasibility: Feasibility) -> None:
     crashed = params(mem_fraction_static=0.85)
-    feasibility.learn([(2, crashed, "other_crash")])
-    assert check(feasibility, crashed) is not None
+    feasibility.learn([(2, crashed, Outcome.OTHER_CRASH)])
+    refused = check(feasibility, crashed)
+    assert refused is not None and refused.knob is None
+    assert refused.category == "other_crash" and type(refused.category) is str
+    assert "crashed (other_crash)" in refused.reason
     assert check(feasibility, params(mem_fraction_static=0.86)) is None
 
 
+def test_lesson_kinds_name_the_knob_they_blame(feasibility: Feasibility) -> None:
+    assert LessonKind.KV_BELOW.knob == LessonKind.GRAPH_ABOVE.knob == "mem_fraction_static"
+    assert LessonKind.MODE.knob == LessonKind.MODE_GRAPHS.knob == "allreduce"
+    assert LessonKind.EXACT.knob is None
+    feasibility.learn([(4, params(mem_fraction_static=0.78), Outcome.OOM_KV_POOL)])
+    lower = check(feasibility, params(mem_fraction_static=0.77))
+    assert lower is not None and lower.knob == "mem_fraction_static"
+
+
+def test_refusals_and_interruptions_teach_nothing(feasibility: Feasibility) -> None:
+    crashed = params(mem_fraction_static=0.85)
+    feasibility.learn([(1, crashed, Outcome.INFEASIBLE), (2, crashed, Outcome.INTERRUPTED)])
+    assert feasibility.lessons == 0
+
+
+def test_a_taken_port_teaches_nothing_of_the_configuration(feasibility: Feasibility) -> None:
+    taken = params(mem_fraction_static=0.85)
+    feasibility.learn([(3, taken, Outcome.PORT_IN_USE)])
+    assert feasibility.lessons == 0 and check(feasibility, taken) is None
+    assert Outcome.PORT_IN_USE.crashed and not Outcome.PORT_IN_USE.unmeasurable
+
+
 def test_lessons_are_rebuilt_from_the_history(feasibility: Feasibility) -> None:
-    feasibility.learn([(1, params(mem_fraction_static=0.78), "oom_kv_pool")])
+    feasibility.learn([(1, params(mem_fraction_static=0.78), Outcome.OOM_KV_POOL)])
     assert feasibility.lessons == 1
     feasibility.learn([])
     assert feasibility.lessons == 0
     assert check(feasibility, params(mem_fraction_static=0.77)) is None
+
+
+TUNED_DRAFTS = """\
+engine:
+  kind: sim
+  sim: {profile: h100-llama-3.1-8b}
+fixed:
+  mem_fraction_static: 0.215
+parameters:
+  speculative_algorithm: {type: categorical, choices: [EAGLE3, EAGLE]}
+"""
+
+
+def test_the_memory_estimate_follows_the_tuned_algorithms_draft() -> None:
+    # h100 profile: 79.65 GiB, target 14.96 GiB, EAGLE-3 head 1.90 GiB, EAGLE head 2.40 GiB; at
+    # 0.215 the static pool (17.12 GiB) holds target + EAGLE-3 (16.86) but not + EAGLE (17.36)
+    from autotune.space import parse_space
+
+    space = parse_space(TUNED_DRAFTS)
+    f = Feasibility(space, create_engine(space.engine))
+    assert check(f, {"speculative_algorithm": "EAGLE3"}) is None
+    refused = check(f, {"speculative_algorithm": "EAGLE"})
+    assert refused is not None and refused.category == "oom_kv_pool"
+    assert "17.4 GiB of weights" in refused.reason
+    assert f.weights("EAGLE3") != f.weights("EAGLE")
+    assert check(f, {"speculative_algorithm": "EAGLE3"}) is None  # each algorithm its own sizes

@@ -8,7 +8,7 @@ import io
 from rich.console import Console
 
 from autotune.study._progress import StudyProgress
-from autotune.study._record import OK, TrialRecord
+from autotune.study._record import Outcome, TrialRecord
 
 
 def _terminal() -> tuple[Console, io.StringIO]:
@@ -20,7 +20,7 @@ def _terminal() -> tuple[Console, io.StringIO]:
 def test_role_tags_are_printed_literally_on_a_terminal() -> None:
     console, buffer = _terminal()
     lines = [
-        TrialRecord(outcome=OK, role=role, value=100.0 + i).line(i, "output_tok_s")
+        TrialRecord(outcome=Outcome.OK, role=role, value=100.0 + i).line(i, "output_tok_s")
         for i, role in enumerate(("baseline", "search", "enqueued", "informed"))
     ]
     with StudyProgress(4, enabled=True, title="[bold]odd[/bold] name", console=console) as p:
@@ -38,7 +38,7 @@ def test_role_tags_are_printed_literally_on_a_terminal() -> None:
 
 
 def test_without_a_terminal_lines_go_to_stderr_unchanged(capsys: object) -> None:
-    line = TrialRecord(outcome=OK, role="baseline", value=1.0).line(0, "output_tok_s")
+    line = TrialRecord(outcome=Outcome.OK, role="baseline", value=1.0).line(0, "output_tok_s")
     with StudyProgress(1, enabled=False, title="t") as p:
         p.finished(1, line)
     err = capsys.readouterr().err  # type: ignore[attr-defined]

@@ -9,8 +9,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.engines import create_engine
-from autotune.space import check_rules, load_space
+from autotune.engines import SimEngine, create_engine
+from autotune.engines.sglang._rules import check_rules
+from autotune.space import load_space
 from autotune.study._feasibility import Feasibility
 from autotune.study._reparam import FILL, DraftFill
 from autotune.study._sampler import AutotuneSampler
@@ -147,3 +148,24 @@ def test_every_draft_fill_is_a_configuration_sglang_runs(space: Any) -> None:
                 p = fill.from_model({**dict(space.enqueued[0]), "speculative_num_steps": steps,
                                      "speculative_eagle_topk": topk, FILL: share})  # fmt: skip
                 assert check_rules(space.config_for(p)) is None, p
+
+
+class _ChainOnly(SimEngine):
+    """An engine whose draft tree holds one token per step whatever the top-k."""
+
+    def draft_token_bounds(self, steps: int, topk: int) -> tuple[int, int]:
+        return steps + 1, steps + 1
+
+
+def test_repairs_and_draft_fill_follow_the_engines_draft_tree(space: Any) -> None:
+    sglang_like = sampler_for(space)
+    p = {**dict(space.enqueued[0]), "speculative_num_steps": 3, "speculative_eagle_topk": 4,
+         "speculative_num_draft_tokens": 16}  # fmt: skip
+    lo, hi = sglang_like.engine.draft_token_bounds(3, 4)
+    assert lo <= sglang_like.repair(p)["speculative_num_draft_tokens"] <= hi
+    engine = _ChainOnly(space.engine)
+    chain = AutotuneSampler(optuna.samplers.RandomSampler(seed=0), space, None, engine=engine)
+    assert chain.repair(p)["speculative_num_draft_tokens"] == 4
+    model = {k: v for k, v in p.items() if k != "speculative_num_draft_tokens"}
+    back = DraftFill(space, engine).from_model({**model, FILL: 0.9})
+    assert back["speculative_num_draft_tokens"] == 4

@@ -6,8 +6,11 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
 from autotune.engines import Timeouts
 from autotune.study import study_paths
@@ -161,3 +164,234 @@ def test_a_trial_asked_when_others_hold_the_target_is_given_back(lab: StudyLab) 
     assert queued.user_attrs == {"role": "enqueued"}
     # with room left under the target, a trial is kept
     assert claim(study, study.ask()._trial_id, 4, Timeouts())
+
+
+# --- RetryLockedStorage: the one retry of a locked database ---------------------------------
+
+
+def _locked(message: str = "database is locked") -> Exception:
+    """SQLAlchemy's error for a locked SQLite database, as RDBStorage meets it."""
+    import sqlite3
+
+    import sqlalchemy.exc
+
+    return sqlalchemy.exc.OperationalError(
+        "UPDATE trials ...", {}, sqlite3.OperationalError(message)
+    )
+
+
+def _wrapped(cause: Exception) -> Exception:
+    """``cause`` as Optuna's RDBStorage raises it: the cause of a StorageInternalError."""
+    import optuna.exceptions
+
+    try:
+        raise optuna.exceptions.StorageInternalError(
+            "An exception is raised during the commit."
+        ) from cause
+    except optuna.exceptions.StorageInternalError as e:
+        return e
+
+
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The retry's pauses, recorded instead of slept."""
+    import types
+
+    from autotune.study import _storage
+
+    slept: list[float] = []
+    monkeypatch.setattr(_storage, "time", types.SimpleNamespace(sleep=slept.append))
+    return slept
+
+
+def test_every_storage_method_goes_through_the_retry() -> None:
+    """Every method of Optuna's BaseStorage is the wrapper's own (none falls back to the base
+    class, none is left abstract): a method a new Optuna adds fails here until it is wrapped."""
+    import inspect
+
+    import optuna
+
+    from autotune.study._storage import RetryLockedStorage
+
+    public = {
+        name
+        for name, member in inspect.getmembers(optuna.storages.BaseStorage, inspect.isfunction)
+        if not name.startswith("_")
+    }
+    assert public - set(vars(RetryLockedStorage)) == set()
+    assert not RetryLockedStorage.__abstractmethods__
+
+
+@pytest.mark.parametrize("optuna_wrapped", [False, True], ids=["sqlalchemy", "optuna"])
+def test_a_locked_database_is_retried_until_it_answers(
+    pauses: list[float], optuna_wrapped: bool
+) -> None:
+    from autotune.study._storage import RetryLockedStorage
+
+    calls: list[int] = []
+
+    class Flaky(_Backend):
+        def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+            calls.append(trial_id)
+            if len(calls) <= 3:
+                error = _locked()
+                raise _wrapped(error) if optuna_wrapped else error
+
+    RetryLockedStorage(Flaky()).set_trial_user_attr(7, "outcome", "ok")
+    assert calls == [7, 7, 7, 7]
+    assert pauses == pytest.approx([0.05, 0.08, 0.128])
+
+
+@pytest.mark.parametrize("optuna_wrapped", [False, True], ids=["sqlalchemy", "optuna"])
+def test_a_database_that_stays_locked_is_a_storage_error(
+    pauses: list[float], optuna_wrapped: bool
+) -> None:
+    from autotune import StorageError
+    from autotune.study._storage import RetryLockedStorage
+
+    class Locked(_Backend):
+        def get_all_studies(self) -> list[Any]:
+            error = _locked()
+            raise _wrapped(error) if optuna_wrapped else error
+
+    with pytest.raises(StorageError) as caught:
+        RetryLockedStorage(Locked()).get_all_studies()
+    assert len(pauses) == 19  # 20 attempts
+    assert max(pauses) == 1.0
+    assert caught.value.message == (
+        "the study storage refused a read: (sqlite3.OperationalError) database is locked"
+    )
+    assert caught.value.hint == "another program holds the database; retry when it is done"
+    assert caught.value.__cause__ is not None
+
+
+def test_other_storage_failures_pass_through_unchanged(pauses: list[float]) -> None:
+    """A damaged file, a full disk, a missing trial: not retried, and left for storage_faults
+    (a bare SQLAlchemy OperationalError is a StorageError, as the call-site retry made it)."""
+    from autotune import StorageError
+    from autotune.study._storage import RetryLockedStorage, storage_fault
+
+    damaged = _wrapped(_locked("database disk image is malformed"))
+    bare = _locked("database or disk is full")
+
+    class Failing(_Backend):
+        def get_trial(self, trial_id: int) -> Any:
+            raise {1: damaged, 2: bare}.get(trial_id) or KeyError(trial_id)
+
+    storage = RetryLockedStorage(Failing())
+    with pytest.raises(type(damaged)) as caught:
+        storage.get_trial(1)
+    assert caught.value is damaged
+    fault = storage_fault(caught.value)
+    assert fault is not None and "is corrupted" in fault.message
+    with pytest.raises(StorageError, match=r"refused a read: .*database or disk is full"):
+        storage.get_trial(2)
+    with pytest.raises(KeyError):
+        storage.get_trial(3)
+    assert pauses == []
+
+
+def test_a_study_on_a_locked_sqlite_file_waits_for_it(tmp_path: Path) -> None:
+    """A real lock (another connection's exclusive transaction) on the file of a study opened by
+    open_storage: Study-level calls (ask, tell, set_user_attr, enqueue_trial) get through once
+    it is released, with no retry of their own."""
+    import sqlite3
+    import threading
+
+    import optuna
+
+    from autotune.study._optuna import cached_storage, storage_of
+    from autotune.study._storage import RetryLockedStorage, open_storage
+
+    paths = study_paths("locked", studies_dir=tmp_path)
+    storage = open_storage(paths)
+    assert isinstance(storage, RetryLockedStorage)
+    # the busy timeout short (open_storage waits 60 s), so that the lock is met, not waited out
+    rdb = optuna.storages.RDBStorage(
+        paths.storage_url, engine_kwargs={"connect_args": {"timeout": 0.05}}
+    )
+    assert type(storage.backend) is type(cached_storage(rdb))  # Optuna's trial cache
+    fast = RetryLockedStorage(cached_storage(rdb))
+    study = optuna.create_study(study_name="locked", storage=fast)
+    assert storage_of(study) is fast
+    assert paths.sqlite_file is not None
+    holder = sqlite3.connect(paths.sqlite_file, check_same_thread=False)
+    releases: list[threading.Timer] = []
+
+    def lock_for(seconds: float) -> None:
+        holder.execute("BEGIN EXCLUSIVE")
+        releases.append(threading.Timer(seconds, holder.rollback))
+        releases[-1].start()
+
+    try:
+        lock_for(0.5)
+        started = time.monotonic()
+        study.set_user_attr("target", 2)
+        assert time.monotonic() - started >= 0.4, "the lock was not met"
+        releases[-1].join()
+        lock_for(0.5)
+        study.enqueue_trial({"x": 0.5})
+        trial = study.ask()
+        assert trial.suggest_float("x", 0.0, 1.0) == 0.5
+        study.tell(trial, 1.0)
+    finally:
+        for release in releases:
+            release.cancel()
+            release.join()
+        holder.close()
+    (finished,) = optuna.load_study(study_name="locked", storage=storage).trials
+    assert (finished.value, finished.params) == (1.0, {"x": 0.5})
+    assert optuna.load_study(study_name="locked", storage=storage).user_attrs == {"target": 2}
+
+
+def test_reading_storages_are_wrapped_too(tmp_path: Path) -> None:
+    """open_for_reading's storage (also a read-only file's) retries as open_storage's does."""
+    import optuna
+
+    from autotune.study._storage import (
+        RetryLockedStorage,
+        _open_sqlite_read_only,
+        open_for_reading,
+        open_storage,
+    )
+
+    paths = study_paths("read", studies_dir=tmp_path)
+    optuna.create_study(study_name="read", storage=open_storage(paths))
+    assert isinstance(open_for_reading(paths), RetryLockedStorage)
+    assert paths.sqlite_file is not None
+    read_only = _open_sqlite_read_only(paths, paths.sqlite_file)  # (as root: chmod is no bar)
+    assert isinstance(read_only, RetryLockedStorage)
+    assert [s.study_name for s in read_only.get_all_studies()] == ["read"]
+
+
+class _Backend:
+    """A stand-in backend: RetryLockedStorage calls only what a test defines."""
+
+
+@pytest.mark.postgres
+def test_a_postgres_storage_is_wrapped_as_sqlite_s() -> None:
+    """On PostgreSQL (AUTOTUNE_TEST_POSTGRES_URL, see test_postgres.py) open_storage gives the
+    same wrapper, over Optuna's cache, and a study on it works through it."""
+    import os
+    import uuid
+
+    import optuna
+
+    from autotune.study._optuna import set_trial_system_attr, storage_of, trial_id_of
+    from autotune.study._storage import RetryLockedStorage, open_storage
+
+    url = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("no PostgreSQL server: set AUTOTUNE_TEST_POSTGRES_URL (.ci/postgres.sh)")
+    name = f"pg-wrapped-{uuid.uuid4().hex[:8]}"
+    storage = open_storage(study_paths(name, storage=url))
+    assert isinstance(storage, RetryLockedStorage)
+    assert isinstance(storage.backend, optuna.storages._CachedStorage)
+    study = optuna.create_study(study_name=name, storage=storage)
+    assert storage_of(study) is storage
+    trial = study.ask()
+    set_trial_system_attr(study, trial_id_of(trial), "autotune:tuner", {"pid": 1})
+    study.tell(trial, 1.0)
+    again = open_storage(study_paths(name, storage=url), writing=False)  # (a new cache)
+    (stored,) = optuna.load_study(study_name=name, storage=again).trials
+    assert (stored.value, stored.system_attrs["autotune:tuner"]) == (1.0, {"pid": 1})

@@ -9,8 +9,9 @@ from typing import Any
 from autotune._knobs import ServerConfig
 from autotune.engines import LaunchSpec, SimEngine
 from autotune.space import load_space
+from autotune.study._evaluate import TrialFiles, TrialHooks
 from autotune.study._feasibility import Feasibility
-from autotune.study._trial import TrialFiles, TrialHooks, TrialRunner
+from autotune.study._trial import TrialRunner
 
 
 class _RacedEngine(SimEngine):

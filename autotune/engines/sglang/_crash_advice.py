@@ -1,37 +1,17 @@
-"""What a user should do about each verdict, worded from the log's own evidence."""
+"""What a user should do about each verdict on an SGLang log, worded from the log's own evidence
+and in SGLang's flags."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-from autotune.crashes._rules import TAG_DRAFT, TAG_LOADING, TAG_SYMM_MEM
+from autotune.crashes import TAG_LOADING, AdviceContext
+from autotune.engines.sglang._crash_rules import TAG_SYMM_MEM, is_collective_timeout
 
 _AMBIGUOUS = re.compile(r"ambiguous option: (--?[\w-]+)(?:=\S*)? could match (.+)")
 _UNRECOGNIZED = re.compile(r"unrecognized arguments?: (.+)")
 _BAD_VALUE = re.compile(r"argument (--?[\w-]+(?:/--?[\w-]+)*): (.+)")
 _REQUIRED = re.compile(r"the following arguments are required: (.+)")
-
-
-@dataclass(frozen=True)
-class AdviceContext:
-    """What the advice may draw on besides the category.
-
-    ``mem_fraction`` is the ``--mem-fraction-static`` value the log shows; ``tags`` what the
-    failing code was doing (``draft``: the EAGLE draft model's graphs, ``loading``: loading
-    weights, ``symm_mem``: torch symmetric memory; see ``autotune.crashes._rules``); ``phase``
-    names the last start-up step seen (for ``starting``).
-    """
-
-    category: str
-    evidence: str | None = None
-    mem_fraction: str | None = None
-    tags: frozenset[str] = frozenset()
-    phase: str | None = None
-
-    @property
-    def draft(self) -> bool:
-        return TAG_DRAFT in self.tags
 
 
 def advise(ctx: AdviceContext) -> str:
@@ -43,7 +23,8 @@ def advise(ctx: AdviceContext) -> str:
 
 
 def _value(ctx: AdviceContext) -> str:
-    return f"current value {ctx.mem_fraction}" if ctx.mem_fraction else "current value not shown"
+    value = ctx.settings.get("mem_fraction_static")
+    return f"current value {value}" if value else "current value not shown"
 
 
 def _kv_pool(ctx: AdviceContext) -> str:
@@ -113,8 +94,7 @@ def _capture_other(ctx: AdviceContext) -> str:
 
 
 def _nccl(ctx: AdviceContext) -> str:
-    evidence = (ctx.evidence or "").lower()
-    if "watchdog" in evidence or "timeout" in evidence or "timed out" in evidence:
+    if is_collective_timeout(ctx.evidence or ""):
         return (
             "a collective operation timed out (a rank died or hung): look for the first failing "
             "rank earlier in the log; if there is none, try another all-reduce mode "
@@ -154,12 +134,14 @@ def _bad_args(ctx: AdviceContext) -> str:
     )
 
 
+def _port_in_use(ctx: AdviceContext) -> str:
+    return "the port is already in use: stop the process holding it or choose another port"
+
+
 def _other(ctx: AdviceContext) -> str:
     evidence = ctx.evidence or ""
     if re.search(r"Model architectures?\b.*not supported", evidence):
         return "this SGLang release cannot serve the model's architecture: check --model-path"
-    if re.search(r"address already in use|bind on address|EADDRINUSE", evidence):
-        return "the port is already in use: stop the process holding it or choose another port"
     if re.search(r"oom[-_]kill|Out Of Memory|^Killed|\d+ Killed\s", evidence):
         return "the process was killed, most likely for lack of host (CPU) memory"
     return (
@@ -189,6 +171,7 @@ _HANDLERS = {
     "graph_capture_other": _capture_other,
     "nccl_error": _nccl,
     "bad_args": _bad_args,
+    "port_in_use": _port_in_use,
     "other_crash": _other,
     "ready": _ready,
     "running": _running,

@@ -6,7 +6,7 @@ Nothing secret is stored or shown: not in the study's attributes (the space text
 * it follows, or is joined by ``=`` to, a flag whose name says so: ``--api-key``, a flag with a
   word ``key``, ``secret``, ``password``, ``passwd``, ``pass``, ``credential(s)`` or
   ``authorization``, or ending in ``token`` / ``auth`` (``--hf-token``, but not
-  ``--speculative-num-draft-tokens``, ``--tokenizer-path`` or ``--bucket-time-to-first-token``);
+  ``--num-draft-tokens``, ``--tokenizer-path`` or ``--bucket-time-to-first-token``);
   an abbreviation of a known secret flag (``--api-k``, argparse accepts it) counts too;
 * it is the value of an environment variable (or a ``NAME=value`` word) whose name has a word
   that is, or ends in, ``TOKEN``, ``KEY``, ``SECRET``, ``PASS``, ``PASSWORD``, ``PASSWD``,
@@ -62,7 +62,7 @@ _SHORT_NAME_WORDS = 4
 _ENV_SECRET_ENDINGS = ("TOKEN", "KEY", "SECRET", "PASS", "PASSWORD", "PASSWD", "CREDENTIAL")
 _ENV_HARMLESS_WORDS = frozenset({"BYPASS", "COMPASS", "MONKEY", "TURNKEY", "HOTKEY"})
 #: Flags whose value is a file name or a switch, not a secret, although their name says "key".
-_NOT_SECRET_FLAGS = frozenset({"--ssl-keyfile", "--ssl-certfile", "--enable-cache-report"})
+_NOT_SECRET_FLAGS = frozenset({"--ssl-keyfile", "--ssl-certfile"})
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 _SECRET_FLAGS = frozenset(
     {
@@ -97,8 +97,8 @@ def is_secret_name(name: str) -> bool:
     """Whether a flag (or setting) name looks like it holds a secret.
 
     Judged by whole words, so ``HF_TOKEN`` and ``--api-key`` are secret while
-    ``--speculative-num-draft-tokens``, ``--tokenizer-path``, ``--speculative-eagle-topk`` and
-    ``--speculative-token-map`` are not.
+    ``--num-draft-tokens``, ``--tokenizer-path``, ``--max-new-tokens`` and ``--token-map`` are
+    not.
     """
     if name.split("=", 1)[0] in _NOT_SECRET_FLAGS:
         return False

@@ -11,7 +11,7 @@ import pytest
 
 from autotune._errors import EngineError
 from autotune.engines import EngineSpec, SGLangEngine, detect_flagset
-from autotune.engines._detect import MARKER, flagset_from_report
+from autotune.engines.sglang._detect import MARKER, flagset_from_report
 
 
 def test_sglang_missing_from_the_interpreter_is_a_clear_error() -> None:

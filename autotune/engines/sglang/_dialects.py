@@ -3,7 +3,7 @@
 A :class:`FlagSet` is what an adapter knows about one SGLang release's ``launch_server`` options:
 for each option string its destination field, whether it takes a value, its choices and whether
 its help marks it deprecated. It is either detected from the SGLang the user will launch (see
-:mod:`autotune.engines._detect`, every option of that release) or taken from the known table
+:mod:`autotune.engines.sglang._detect`, every option of that release) or taken from the known table
 below (only the options autotune emits), when ``engine.sglang_version`` names the release.
 
 The table was read from the releases' own parsers (``ServerArgs.add_cli_args``); the contract

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.engines._redact import (
+from autotune._launch import LaunchSpec
+from autotune._redact import (
     PLACEHOLDER,
     REDACTED,
     api_key_of,
@@ -21,7 +22,6 @@ from autotune.engines._redact import (
     redact_url,
     secret_values,
 )
-from autotune.engines._spec import LaunchSpec
 
 
 @pytest.mark.parametrize(
@@ -228,5 +228,5 @@ def test_space_text_redaction_keeps_yaml_and_lines() -> None:
 
 
 def test_space_text_without_secrets_is_unchanged() -> None:
-    text = (Path(__file__).resolve().parents[2] / "search_spaces" / "eagle3.yaml").read_text()
+    text = (Path(__file__).resolve().parents[1] / "search_spaces" / "eagle3.yaml").read_text()
     assert redact_space_text(text) == text

@@ -8,7 +8,7 @@ import pytest
 
 from autotune._errors import ConfigError
 from autotune._knobs import ALLREDUCE_MODES, ServerConfig
-from autotune.bench._workload import WorkloadSpec
+from autotune._workload import WorkloadSpec
 from autotune.engines import EngineSpec, SGLangEngine, SimEngine, SimOptions, create_engine
 
 EAGLE = ServerConfig(
@@ -128,7 +128,9 @@ def test_hardware_and_weights_come_from_the_profile() -> None:
     assert hw.interconnect == profile.hardware.interconnect
     target, draft = adapter.weights_gib("EAGLE3")
     assert target == profile.model.weights_gib
-    assert draft is not None and draft == profile.draft_weights_gib("EAGLE3")
+    # weights on all GPUs together: the profile's draft head is per GPU, on every rank
+    per_gpu = profile.draft_weights_gib("EAGLE3")
+    assert per_gpu is not None and draft == per_gpu * adapter.spec.tp_size
     assert adapter.weights_gib("STANDALONE")[1] is None
 
 

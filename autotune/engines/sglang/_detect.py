@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune._errors import EngineError
-from autotune.engines._dialects import FlagSet, OptionInfo
-from autotune.engines._redact import redact_text
+from autotune._redact import redact_text
+from autotune.engines.sglang._dialects import FlagSet, OptionInfo
 
 #: Seconds allowed for importing SGLang's parser (a cold import on a busy box takes a minute).
 DETECT_TIMEOUT_S = 180.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from autotune._document import Document, format_path, load_document
 from autotune._errors import ConfigError
-from autotune.space._loader import Document, format_path, load_document
 
 
 def _line(text: str, needle: str) -> int:

@@ -2,27 +2,46 @@
 
 The simulated server accepts SGLang's flag names in one of two release dialects
 (``engine.sim.dialect``: ``0.5.23`` or ``0.5.3``), so the launch is built by the SGLang adapter's
-own code from autotune's table of that release, followed by the ``--sim-*`` options. Hardware and
-weight sizes come from the simulator's profile.
+own code from autotune's table of that release, followed by the ``--sim-*`` options, and judged
+by SGLang's own rules (:class:`autotune.engines.sglang.SGLangRules`). Hardware and weight sizes come
+from the simulator's profile. Each trial also records the SGLang command it stands for
+(:meth:`SimEngine.reference_command`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._errors import ConfigError
-from autotune.engines._base import Engine, Hardware, Infeasible
-from autotune.engines._dialects import FlagSet, known_flagset
-from autotune.engines._sglang import build_server_args, first_missing, make_launch, unsupported_in
+from autotune._knobs import Infeasible
+from autotune.engines._base import Hardware
+from autotune.engines._spec import EngineSpec
+from autotune.engines.sglang._adapter import (
+    SGLangEngine,
+    build_server_args,
+    first_missing,
+    make_launch,
+    unsupported_in,
+)
+from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES
+from autotune.engines.sglang._dialects import FlagSet, known_flagset
+from autotune.engines.sglang._rules import SGLangRules
+from autotune.engines.sglang._serving import READINESS, SGLANG_API
 
 if TYPE_CHECKING:
+    from autotune._document import Section
     from autotune._knobs import ServerConfig
-    from autotune.bench._workload import WorkloadSpec
-    from autotune.engines._spec import EngineSpec, LaunchSpec, SimOptions
-    from autotune.sim._profile import Profile
-    from autotune.space._loader import Section
+    from autotune._launch import LaunchSpec
+    from autotune._workload import WorkloadSpec
+    from autotune.crashes import CrashRules
+    from autotune.engines._serving import ServerApi
+    from autotune.engines._spec import SimOptions
+    from autotune.server import Readiness
+    from autotune.sim import Profile
 
 #: The SGLang releases whose command line the simulated server speaks.
 SIM_DIALECTS = ("0.5.23", "0.5.3")
@@ -33,13 +52,12 @@ def check_sim_options(options: SimOptions, sec: Section, *, tp_size: int) -> Non
 
     The dialect must be one of :data:`SIM_DIALECTS`, the profile one the simulator loads, the
     tensor-parallel size at most the profile's GPU count, and every fault one of
-    :mod:`autotune.sim._faults` with a valid argument.
+    the simulator's faults with a valid argument.
 
     Raises:
         ConfigError: located at ``engine.sim.<key>`` (with the line, through ``sec``).
     """
-    from autotune.sim._faults import parse_fault
-    from autotune.sim._profile import load_profile
+    from autotune.sim import load_profile, parse_fault
 
     if options.dialect not in SIM_DIALECTS:
         raise sec.error(
@@ -69,10 +87,11 @@ def check_sim_options(options: SimOptions, sec: Section, *, tp_size: int) -> Non
             raise sec.doc.error(message, (*sec.path, "faults", i), hint=e.hint) from None
 
 
-class SimEngine(Engine):
+class SimEngine(SGLangRules):
     """Launches the simulated SGLang server with the flags of ``engine.sim.dialect``."""
 
     kind = "sim"
+    default_model_path = EngineSpec.model_path
 
     def __init__(self, spec: EngineSpec) -> None:
         super().__init__(spec)
@@ -84,6 +103,17 @@ class SimEngine(Engine):
                 hint="choose one of: " + ", ".join(SIM_DIALECTS),
             )
         self._flags = known_flagset(dialect)
+        self._sglang: SGLangEngine | None = None
+
+    @classmethod
+    def read_section(cls, sec: Section, spec: EngineSpec, *, base: Path) -> EngineSpec:
+        """``engine.sim``: a dialect, profile, tensor-parallel size and faults it can run."""
+        check_sim_options(spec.sim, sec.section("sim"), tp_size=spec.tp_size)
+        return spec
+
+    @classmethod
+    def spec_note(cls, spec: EngineSpec) -> str | None:
+        return f"profile {spec.sim.profile}, SGLang {spec.sim.dialect} flags"
 
     @property
     def python(self) -> str:
@@ -119,6 +149,28 @@ class SimEngine(Engine):
     def precheck(self, config: ServerConfig) -> Infeasible | None:
         return first_missing(self._flags, self.spec, config)
 
+    def reference_command(
+        self, config: ServerConfig, *, port: int, workload: WorkloadSpec | None = None
+    ) -> str | None:
+        """The ``sglang.launch_server`` command of the imitated release that ``config`` stands
+        for (it names ``python3``: the interpreter of an SGLang installation is not known)."""
+        if self._sglang is None:
+            spec = dataclasses.replace(self.spec, python="python3")
+            self._sglang = SGLangEngine(spec, flags=self._flags)
+        return self._sglang.build_launch(config, port=port, workload=workload).display()
+
+    def readiness(self) -> Readiness:
+        """SGLang's: the simulated server logs SGLang's ready line and serves its probes."""
+        return READINESS
+
+    def crash_rules(self) -> CrashRules:
+        """SGLang's: the simulated server logs SGLang's crash lines and steps."""
+        return SGLANG_CRASH_RULES
+
+    def server_api(self) -> ServerApi:
+        """SGLang's: the simulated server answers SGLang's routes and ``meta_info``."""
+        return SGLANG_API
+
     def unsupported_values(self, knob: str, values: Iterable[Any]) -> dict[Any, str]:
         return unsupported_in(self._flags, self.spec, knob, values)
 
@@ -137,10 +189,20 @@ class SimEngine(Engine):
             interconnect=hw.interconnect,
         )
 
-    def weights_gib(self, algorithm: str | None = None) -> tuple[float | None, float | None]:
-        """The profile's target weights (all GPUs together) and draft weights (per GPU).
+    def architecture(self) -> str | None:
+        """The architecture of the profile's target model."""
+        try:
+            profile = self._profile()
+        except ConfigError:
+            return None
+        return None if profile is None else profile.model.architecture
 
-        ``algorithm`` None: the profile's only draft, if it has exactly one.
+    def weights_gib(self, algorithm: str | None = None) -> tuple[float | None, float | None]:
+        """The profile's target weights and draft weights, both on all GPUs together.
+
+        The profile gives the draft head per GPU (every rank holds a whole copy), so its total
+        is that times ``engine.tp_size``. ``algorithm`` None: the profile's only draft, if it
+        has exactly one.
         """
         profile = self._profile()
         if profile is None:
@@ -152,7 +214,7 @@ class SimEngine(Engine):
                 return target, None
             algorithm = drafts[0]
         draft = profile.draft_weights_gib(algorithm.upper())
-        return target, None if draft is None else float(draft)
+        return target, None if draft is None else float(draft) * max(1, self.spec.tp_size)
 
     def _profile(self) -> Profile | None:
         try:

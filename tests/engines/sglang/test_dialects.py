@@ -6,7 +6,7 @@ import pytest
 
 from autotune._errors import ConfigError
 from autotune.engines import dialect_for, known_flagset
-from autotune.engines._dialects import DIALECTS, emitted_flags, known_options, parse_version
+from autotune.engines.sglang._dialects import DIALECTS, emitted_flags, known_options, parse_version
 
 
 @pytest.mark.parametrize(

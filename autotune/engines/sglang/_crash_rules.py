@@ -1,32 +1,22 @@
 """What SGLang log lines mean: the patterns behind every crash category.
 
 Each function reads one normalised line (see :mod:`autotune.crashes._lines`) and answers one
-question: is it a traceback frame, an exception, a specific cause, a generic sign of a crash, a
-hint, a healthy marker? The wording comes from SGLang, PyTorch, NCCL and argparse themselves.
-Context that a single line cannot carry (the frames above an exception, the start-up phase) is
-passed in by the caller.
+question: is it a specific cause, a generic sign of a crash, a hint, a warning, noise? What the
+frames of a traceback were doing is told by :func:`frame_tags`. The wording comes from SGLang,
+PyTorch, NCCL and argparse themselves. Context that a single line cannot carry (the frames above
+an exception, the start-up phase) is passed in by the caller: the generic classifier of
+:mod:`autotune.crashes`, through :class:`~autotune.engines.sglang._crashes.SGLangCrashRules`.
 """
 
 from __future__ import annotations
 
 import re
 
-#: The crash categories, most specific first.
-CRASH_CATEGORIES: tuple[str, ...] = (
-    "oom_kv_pool",
-    "oom_cuda_graph",
-    "oom_runtime",
-    "unsupported_arch",
-    "graph_capture_other",
-    "nccl_error",
-    "bad_args",
-    "other_crash",
-)
-#: The verdicts on a log that shows no crash.
-HEALTHY_CATEGORIES: tuple[str, ...] = ("ready", "running", "starting")
+from autotune.crashes import TAG_DRAFT, TAG_LOADING
 
-#: When a log shows several specific causes, the first of these wins. NCCL failures come last:
-#: they are usually the other ranks noticing that one rank died of something else.
+#: When a log shows several specific causes, the first of these wins. A port taken comes late (a
+#: server that died of something else never got to bind it); NCCL failures come last: they are
+#: usually the other ranks noticing that one rank died of something else.
 CAUSE_PRIORITY: tuple[str, ...] = (
     "oom_kv_pool",
     "oom_cuda_graph",
@@ -34,17 +24,17 @@ CAUSE_PRIORITY: tuple[str, ...] = (
     "oom_runtime",
     "unsupported_arch",
     "bad_args",
+    "port_in_use",
     "nccl_error",
 )
 
-# Traceback frame tags (what the code a frame belongs to was doing).
+# Traceback frame tags (what the code a frame belongs to was doing); TAG_DRAFT and TAG_LOADING are
+# the classifier's own (it adds them from the start-up phase).
 TAG_CAPTURE = "capture"
-TAG_DRAFT = "draft"
 TAG_KV_POOL = "kv_pool"
 TAG_SYMM_MEM = "symm_mem"
 TAG_ARGS = "args"
 TAG_NCCL = "nccl"
-TAG_LOADING = "loading"
 
 #: Which category an unfinished traceback (frames, no exception line) points to, best first.
 TAG_HINTS: tuple[tuple[str, str], ...] = (
@@ -55,14 +45,6 @@ TAG_HINTS: tuple[tuple[str, str], ...] = (
     (TAG_NCCL, "nccl_error"),
 )
 
-_FRAME = re.compile(r'^\s*File "([^"]*)"?(?:, line \d*)?(?:, in ([\w<>.]+))?')
-_EXCEPTION = re.compile(
-    r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault))"
-    r"(?::\s*(.*))?$"
-)
-_CPP_WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
-_SOURCE_MARKS = re.compile(r"^\s*[\^~]+\s*$")
-_CALL = re.compile(r"([A-Za-z_]\w*)\s*\(")
 # graph-capture functions (capture, capture_one_batch_size, _capture_graph, ..._capture_cuda_graph),
 # not EAGLE's capture_for_decode or hidden-state capture, which run while serving
 _CAPTURE_FUNC = re.compile(r"(?:^|_)capture(?:$|_one|_graph|_init|_end|_begin|_cuda)")
@@ -99,6 +81,14 @@ _NCCL = re.compile(
     r"|ProcessGroupNCCL\S*\s.{0,80}(?:timed out|timeout|exception)",
     re.I,
 )
+#: A port another program holds: uvicorn's bind, torch's TCPStore, ZMQ ("[Errno 98] error while
+#: attempting to bind on address ...: address already in use", "code: -98, name: EADDRINUSE").
+_PORT_IN_USE = re.compile(
+    r"address already in use|\bEADDRINUSE\b|\[Errno 98\]|error while attempting to bind on address",
+    re.I,
+)
+#: An NCCL failure that is a collective running out of time (a rank that died or hung).
+_COLLECTIVE_TIMEOUT = re.compile(r"watchdog|timeout|timed out", re.I)
 _NCCL_WARN = re.compile(r"\bNCCL WARN\b")
 _NCCL_WARN_FAILURE = re.compile(
     r"refused|reset by peer|timed? ?out|abort|fail|error|unreachable|exited|closed|unhandled"
@@ -155,11 +145,8 @@ _STRONG = re.compile(
     r"|terminate called after throwing"
     r"|srun: error: .*(?:Exited with exit code [1-9]|Killed|Out Of Memory|terminated|CANCELLED)"
     r"|slurmstepd: error: .*(?:oom[-_]kill|CANCELLED|Killed|Out Of Memory)"
-    r"|error while attempting to bind on address|address already in use"
     r"|\bexited with (?:exit )?code [1-9]|^\s*Killed\s*$|\d+ Killed\s"
 )
-_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
-_C10_ERROR = re.compile(r"^\s*\[E\d{4}")
 _WARNING = re.compile(r"\bWARNING\b|\bWARN\b|Warning:|\w+Warning\b|^\s*\[W[\d ]|^\s*W\d{4} ")
 _NOISE = (
     " NCCL INFO ",
@@ -176,7 +163,7 @@ _TRIGGER = re.compile(
     r"|kernel image|usage:|ready to roll|batch|sigquit|initializ|dead|kill|fault|abort"
     r"|terminat|mem_fraction|mem-fraction|what\(\)|warn|load weight|exit|fatal|not supported"
     r"|only support|multicast|resource|address|unrecognized|ambiguous|watchdog|require"
-    r"|option|segment|dump|\[e\d|fail|interrupt|cuda graph|kv cache"
+    r"|option|segment|dump|\[e\d|fail|interrupt|cuda graph|kv cache|eaddrinuse|errno 98"
 )
 
 
@@ -193,25 +180,6 @@ def is_noise(line: str) -> bool:
 def is_warning(line: str) -> bool:
     """A warning-level line: it can hint at a cause but never decides a crash."""
     return _WARNING.search(line) is not None
-
-
-def parse_frame(line: str) -> tuple[str, str] | None:
-    """``(path, function)`` of a traceback frame line (either may be empty when cut short)."""
-    m = _FRAME.match(line)
-    if m is None:
-        return None
-    return m.group(1), m.group(2) or ""
-
-
-def called_function(source: str) -> str:
-    """The function a traceback source line calls (``self.init_memory_pool(x)``), or ``""``."""
-    m = _CALL.search(source)
-    return m.group(1) if m else ""
-
-
-def is_source_marks(line: str) -> bool:
-    """A line of ``^^^^`` / ``~~~`` under a traceback source line."""
-    return _SOURCE_MARKS.match(line) is not None
 
 
 def frame_tags(path: str, func: str) -> frozenset[str]:
@@ -245,18 +213,6 @@ def frame_tags(path: str, func: str) -> frozenset[str]:
     if "model_loader" in p or f in ("load_model", "load_weights", "get_model", "create_weights"):
         tags.add(TAG_LOADING)
     return frozenset(tags)
-
-
-def parse_exception(line: str) -> tuple[str, str] | None:
-    """``(type, message)`` of a Python exception line or a C++ ``what():`` line."""
-    m = _EXCEPTION.match(line)
-    if m is not None:
-        name = m.group(1)
-        return name.rsplit(".", 1)[-1], m.group(2) or ""
-    w = _CPP_WHAT.match(line)
-    if w is not None:
-        return "what()", w.group(1)
-    return None
 
 
 def specific_cause(
@@ -297,6 +253,9 @@ def specific_cause(
     m = _CAPTURE_OP.search(line)
     if m is not None:
         return "graph_capture_other", m.start()
+    m = _PORT_IN_USE.search(line)
+    if m is not None:
+        return "port_in_use", m.start()
     m = _NCCL.search(line)
     if m is not None:
         return ("graph_capture_other" if in_capture_tb else "nccl_error"), m.start()
@@ -339,23 +298,14 @@ def _from_context(exception: tuple[str, str], tags: frozenset[str]) -> tuple[str
     return None
 
 
-def is_interruption(exception: tuple[str, str]) -> bool:
-    """A traceback that ends in Ctrl-C or a clean exit: the server was stopped, not crashed."""
-    return exception[0] in ("KeyboardInterrupt", "SystemExit")
+def is_collective_timeout(evidence: str) -> bool:
+    """An NCCL verdict's evidence that names a time-out (the watchdog, a collective timed out)."""
+    return _COLLECTIVE_TIMEOUT.search(evidence) is not None
 
 
 def is_strong_crash(line: str) -> bool:
     """A line that only a dying server prints ("Scheduler hit an exception", sigquit, ...)."""
     return _STRONG.search(line) is not None
-
-
-def is_traceback_start(line: str) -> bool:
-    return _TRACEBACK.search(line) is not None
-
-
-def is_c10_error(line: str) -> bool:
-    """A torch C++ error-level log line (``[E1118 10:23:45 ...]``)."""
-    return _C10_ERROR.match(line) is not None
 
 
 def hint_of(line: str) -> tuple[str, int] | None:

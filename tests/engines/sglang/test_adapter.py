@@ -14,7 +14,7 @@ import pytest
 
 from autotune._errors import ConfigError, EngineError
 from autotune._knobs import ALLREDUCE_MODES, ServerConfig
-from autotune.bench._workload import WorkloadSpec
+from autotune._workload import WorkloadSpec
 from autotune.engines import EngineSpec, SGLangEngine, create_engine
 
 EAGLE = ServerConfig(

@@ -11,29 +11,38 @@ all-reduce mode is asked for.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from autotune._errors import ConfigError, EngineError
-from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
-from autotune.engines._base import Engine, Hardware, Infeasible
-from autotune.engines._detect import detect_flagset
-from autotune.engines._dialects import FlagSet, known_flagset
-from autotune.engines._redact import api_key_of, is_secret_env
-from autotune.engines._spec import EngineSpec, LaunchSpec
+from autotune._knobs import SPECULATIVE_NUMBERS, Infeasible, ServerConfig
+from autotune._launch import LaunchSpec
+from autotune._redact import api_key_of, is_secret_env
+from autotune.engines._base import Hardware
+from autotune.engines._spec import EngineSpec
+from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES
+from autotune.engines.sglang._detect import detect_flagset
+from autotune.engines.sglang._dialects import FlagSet, known_flagset
+from autotune.engines.sglang._hardware import nvml_hardware
+from autotune.engines.sglang._rules import (
+    DRAFT_MODEL_ALGORITHMS,
+    SGLangRules,
+    max_running_requests_for,
+)
+from autotune.engines.sglang._section import read_sglang_section
+from autotune.engines.sglang._serving import READINESS, SGLANG_API
 
 if TYPE_CHECKING:
-    from autotune.bench._workload import WorkloadSpec
+    from autotune._document import Section
+    from autotune._workload import WorkloadSpec
+    from autotune.crashes import CrashRules
+    from autotune.engines._serving import ServerApi
+    from autotune.server import Readiness
 
-#: SGLang's running-request cap under speculative decoding when ``--max-running-requests`` is unset.
-SPEC_MAX_RUNNING_REQUESTS = 48
-#: Algorithms that load a separate draft model (``--speculative-draft-model-path``).
-DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
 #: Environment variable NCCL reads for a forced algorithm, per all-reduce mode.
 _NCCL_ALGO: Mapping[str, str] = MappingProxyType({"nccl_tree": "Tree", "nccl_ring": "Ring"})
 _SINGLE_FLAG_MODES: Mapping[str, str] = MappingProxyType(
@@ -154,23 +163,6 @@ def _spell_allreduce(flags: FlagSet, mode: str, out: Spelling, need: Callable[[s
         out.args.append(_FUSION_OFF)
 
 
-def max_running_requests_for(config: ServerConfig, workload: WorkloadSpec | None) -> int | None:
-    """The ``--max-running-requests`` to pass: the knob, else what the workload needs.
-
-    Under speculative decoding with the knob unset SGLang caps running requests at 48; a workload
-    with more concurrent requests gets the cap raised to its concurrency. ``None``: not passed.
-    """
-    if config.max_running_requests is not None:
-        return config.max_running_requests
-    if (
-        config.speculative
-        and workload is not None
-        and workload.concurrency > SPEC_MAX_RUNNING_REQUESTS
-    ):
-        return workload.concurrency
-    return None
-
-
 def build_server_args(
     flags: FlagSet,
     spec: EngineSpec,
@@ -240,7 +232,7 @@ def unsupported_in(
     return out
 
 
-class SGLangEngine(Engine):
+class SGLangEngine(SGLangRules):
     """Launches ``python -m sglang.launch_server`` in the flags of the release that will run.
 
     ``flags`` fixes the release's flag set (tests, tools); otherwise it comes from
@@ -253,6 +245,22 @@ class SGLangEngine(Engine):
         super().__init__(spec)
         self._fixed = flags
         self._detected: dict[tuple[tuple[str, ...], str], FlagSet] = {}
+
+    @classmethod
+    def read_section(cls, sec: Section, spec: EngineSpec, *, base: Path) -> EngineSpec:
+        """The model folders and the interpreter, checked on this machine (``check_paths``)."""
+        return read_sglang_section(sec, spec, base=base)
+
+    @classmethod
+    def spec_note(cls, spec: EngineSpec) -> str | None:
+        return f"SGLang {spec.sglang_version} flags" if spec.sglang_version else None
+
+    @classmethod
+    def with_release(cls, spec: EngineSpec, release: str) -> EngineSpec | None:
+        return replace(spec, sglang_version=release)
+
+    def lacks_draft_model(self, algorithm: str) -> bool:
+        return self.spec.draft_model_path is None and algorithm in DRAFT_MODEL_ALGORITHMS
 
     @property
     def python(self) -> str:
@@ -299,12 +307,24 @@ class SGLangEngine(Engine):
     def precheck(self, config: ServerConfig) -> Infeasible | None:
         return first_missing(self.flagset(), self.spec, config)
 
+    def readiness(self) -> Readiness:
+        """SGLang's ready line, then ``/health_generate`` and ``/get_model_info``."""
+        return READINESS
+
+    def crash_rules(self) -> CrashRules:
+        """SGLang's crash lines, start-up steps and advice."""
+        return SGLANG_CRASH_RULES
+
+    def server_api(self) -> ServerApi:
+        """SGLang's ``/flush_cache``, ``/get_server_info``, ``/metrics`` and ``meta_info``."""
+        return SGLANG_API
+
     def unsupported_values(self, knob: str, values: Iterable[Any]) -> dict[Any, str]:
         return unsupported_in(self.flagset(), self.spec, knob, values)
 
     def hardware(self) -> Hardware:
         """The GPUs of this machine, read with NVML (None fields without a GPU or driver)."""
-        return _nvml_hardware()
+        return nvml_hardware()
 
     def weights_gib(self, algorithm: str | None = None) -> tuple[float | None, float | None]:
         """Checkpoint sizes on disk (``*.safetensors``, else ``*.bin``) of local model folders."""
@@ -345,49 +365,3 @@ def _checkpoint_gib(path: str | None) -> float | None:
     except OSError:
         return None
     return None
-
-
-def _nvml_hardware() -> Hardware:
-    try:
-        import pynvml
-    except ImportError:
-        return Hardware()
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return Hardware()
-    try:
-        count = int(pynvml.nvmlDeviceGetCount())
-        if count == 0:
-            return Hardware(gpu_count=0)
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(handle)
-        memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        return Hardware(
-            gpu_name=name.decode() if isinstance(name, bytes) else str(name),
-            gpu_count=count,
-            memory_gib=float(memory),
-            compute_capability=(int(major), int(minor)),
-            interconnect=_interconnect(pynvml, handle) if count > 1 else None,
-        )
-    except pynvml.NVMLError:
-        return Hardware()
-    finally:
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
-
-
-def _interconnect(pynvml: Any, handle: Any) -> str | None:
-    """``nvlink`` when GPU 0 has an active NVLink, else ``pcie``."""
-    try:
-        links = int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))
-        for link in range(links):
-            try:
-                if pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
-                    return "nvlink"
-            except pynvml.NVMLError:
-                break
-    except Exception:
-        return None
-    return "pcie"

@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 
 from autotune._knobs import ServerConfig
-from autotune.bench._workload import WorkloadSpec
+from autotune._workload import WorkloadSpec
 from autotune.engines import EngineSpec, FlagSet, LaunchSpec, SGLangEngine
-from autotune.engines._dialects import ABSENT, known_options
+from autotune.engines.sglang._dialects import ABSENT, known_options
 
 pytestmark = pytest.mark.sglang_contract
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 RELEASES = ("0.5.23", "0.5.3")
 #: Where each release's parser stores what autotune sets (read from the parsers, not the adapter).

@@ -1,0 +1,205 @@
+"""What a crash classifier asks of an engine: the rule set that reads its server's log lines.
+
+The classifier (:mod:`autotune.crashes._classifier`) is generic: it follows a log line by line,
+keeps tracebacks, start-up phases and findings, and weighs specific causes against generic signs
+of a crash. What the lines *mean* is the engine's: an adapter gives a :class:`CrashRules`
+(:meth:`Engine.crash_rules <autotune.engines.Engine.crash_rules>`) whose methods each answer one
+question about one normalised line (see :mod:`autotune.crashes._lines`): a specific cause, a
+generic sign of a crash, a hint, a healthy start-up step, a setting's value, and the advice for
+a verdict. Python's and PyTorch's own log shapes (traceback frames, exception lines, ``^^^``
+marks, torch's ``[E...]`` error lines), which every Python engine shares, are read here by
+default.
+
+Crash categories are the tuner's vocabulary, the same for every engine: :data:`CRASH_CATEGORIES`
+and :data:`HEALTHY_CATEGORIES`.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: The crash categories, most specific first.
+CRASH_CATEGORIES: tuple[str, ...] = (
+    "oom_kv_pool",
+    "oom_cuda_graph",
+    "oom_runtime",
+    "unsupported_arch",
+    "graph_capture_other",
+    "nccl_error",
+    "bad_args",
+    "port_in_use",
+    "other_crash",
+)
+#: The verdicts on a log that shows no crash.
+HEALTHY_CATEGORIES: tuple[str, ...] = ("ready", "running", "starting")
+
+#: Frame tags the classifier itself adds from the start-up phase: the draft model's CUDA graphs
+#: were being captured; weights were being loaded.
+TAG_DRAFT = "draft"
+TAG_LOADING = "loading"
+
+_FRAME = re.compile(r'^\s*File "([^"]*)"?(?:, line \d*)?(?:, in ([\w<>.]+))?')
+_EXCEPTION = re.compile(
+    r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault))"
+    r"(?::\s*(.*))?$"
+)
+_CPP_WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
+_SOURCE_MARKS = re.compile(r"^\s*[\^~]+\s*$")
+_CALL = re.compile(r"([A-Za-z_]\w*)\s*\(")
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+_C10_ERROR = re.compile(r"^\s*\[E\d{4}")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A healthy start-up step that one log line shows.
+
+    ``kind``: the server is ``ready`` or ``running`` (serving), a CUDA-graph capture begins
+    (``capture_begin``; ``draft``: of the draft model), ends (``capture_end``) or goes on
+    (``capturing``), or another ``step`` was reached. ``phase`` names the step in words (for
+    advice: "last step seen"); ``loading``: the step begins loading the weights.
+    """
+
+    kind: Literal["ready", "running", "capture_begin", "capture_end", "capturing", "step"]
+    phase: str | None = None
+    draft: bool = False
+    loading: bool = False
+
+
+@dataclass(frozen=True)
+class AdviceContext:
+    """What the advice on a verdict may draw on besides the category.
+
+    ``settings`` are values the log shows (``{"mem_fraction_static": "0.88"}``); ``tags`` what
+    the failing code was doing (frame tags of the engine's rules, and :data:`TAG_DRAFT`,
+    :data:`TAG_LOADING`); ``phase`` names the last start-up step seen (for ``starting``).
+    """
+
+    category: str
+    evidence: str | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)
+    tags: frozenset[str] = frozenset()
+    phase: str | None = None
+
+    @property
+    def draft(self) -> bool:
+        return TAG_DRAFT in self.tags
+
+
+class CrashRules(abc.ABC):
+    """One engine's reading of its server log (see the module docstring).
+
+    ``cause_priority``: when a log shows several specific causes, the first of these wins.
+    ``tag_hints``: which category an unfinished traceback (frames, no exception line) points to,
+    by the frame tags it shows, best first.
+    """
+
+    cause_priority: tuple[str, ...] = ()
+    tag_hints: tuple[tuple[str, str], ...] = ()
+
+    # --- the engine's own reading ------------------------------------------------------------
+    @abc.abstractmethod
+    def specific_cause(
+        self,
+        line: str,
+        exception: tuple[str, str] | None,
+        tags: frozenset[str],
+        capture_phase: bool,
+    ) -> tuple[str, int] | None:
+        """The crash category a non-warning line names by itself or with its traceback's
+        frames, and where in the line the deciding text starts.
+
+        ``exception`` is the line parsed by :meth:`parse_exception`; ``tags`` the frame tags of
+        the traceback the line ends; ``capture_phase`` says that CUDA-graph capture had begun
+        and not ended.
+        """
+
+    @abc.abstractmethod
+    def is_strong_crash(self, line: str) -> bool:
+        """A line that only a dying server prints (a generic sign: the cause may follow)."""
+
+    @abc.abstractmethod
+    def frame_tags(self, path: str, func: str) -> frozenset[str]:
+        """What the code of one traceback frame was doing, as far as its file and function
+        tell."""
+
+    @abc.abstractmethod
+    def progress(self, line: str) -> Progress | None:
+        """The healthy start-up step a line shows, if any."""
+
+    @abc.abstractmethod
+    def advise(self, ctx: AdviceContext) -> str:
+        """One or two sentences: what happened, in terms of the settings, and what to change."""
+
+    def may_matter(self, line: str) -> bool:
+        """False for lines no rule looks at (a fast filter: most log lines are neither)."""
+        return True
+
+    def is_noise(self, line: str) -> bool:
+        """Lines known to be harmless however alarming they look."""
+        return False
+
+    def is_warning(self, line: str) -> bool:
+        """A warning-level line: it can hint at a cause but never decides a crash."""
+        return False
+
+    def hint_of(self, line: str) -> tuple[str, int] | None:
+        """A category a line suggests without deciding it, and where the text starts."""
+        return None
+
+    def settings(self, line: str) -> Mapping[str, str]:
+        """Values of the engine's settings that a line shows, by knob name (for advice)."""
+        return {}
+
+    def pick_cause(self, found: Collection[str]) -> tuple[str, str] | None:
+        """The verdict among the specific causes ``found``: ``(category, category whose
+        finding is the evidence)``; by default the first of :attr:`cause_priority`."""
+        for category in self.cause_priority:
+            if category in found:
+                return category, category
+        return None
+
+    # --- Python's and PyTorch's log shapes ---------------------------------------------------
+    def parse_frame(self, line: str) -> tuple[str, str] | None:
+        """``(path, function)`` of a traceback frame line (either may be empty when cut)."""
+        m = _FRAME.match(line)
+        if m is None:
+            return None
+        return m.group(1), m.group(2) or ""
+
+    def called_function(self, source: str) -> str:
+        """The function a traceback source line calls (``self.init_memory_pool(x)``), or
+        ``""``."""
+        m = _CALL.search(source)
+        return m.group(1) if m else ""
+
+    def is_source_marks(self, line: str) -> bool:
+        """A line of ``^^^^`` / ``~~~`` under a traceback source line."""
+        return _SOURCE_MARKS.match(line) is not None
+
+    def parse_exception(self, line: str) -> tuple[str, str] | None:
+        """``(type, message)`` of a Python exception line or a C++ ``what():`` line."""
+        m = _EXCEPTION.match(line)
+        if m is not None:
+            name = m.group(1)
+            return name.rsplit(".", 1)[-1], m.group(2) or ""
+        w = _CPP_WHAT.match(line)
+        if w is not None:
+            return "what()", w.group(1)
+        return None
+
+    def is_traceback_start(self, line: str) -> bool:
+        return _TRACEBACK.search(line) is not None
+
+    def is_c10_error(self, line: str) -> bool:
+        """A torch C++ error-level log line (``[E1118 10:23:45 ...]``)."""
+        return _C10_ERROR.match(line) is not None
+
+    def is_interruption(self, exception: tuple[str, str]) -> bool:
+        """A traceback that ends in Ctrl-C or a clean exit: the server was stopped, not
+        crashed."""
+        return exception[0] in ("KeyboardInterrupt", "SystemExit")

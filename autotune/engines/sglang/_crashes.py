@@ -1,0 +1,141 @@
+"""SGLang's crash rules: how its server log is read by the generic classifier.
+
+:class:`SGLangCrashRules` hands the classifier of :mod:`autotune.crashes` the patterns of
+:mod:`autotune.engines.sglang._crash_rules`, the advice of
+:mod:`autotune.engines.sglang._crash_advice` and the healthy progress lines below: the ready line,
+serving lines, start-up steps and the ``--mem-fraction-static`` the server used. Progress lines
+never decide a crash; they tell how far a start-up got (for advice and for the ``ready`` /
+``running`` / ``starting`` verdicts).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+
+from autotune.crashes import AdviceContext, CrashRules, Progress
+from autotune.engines.sglang import _crash_rules as rules
+from autotune.engines.sglang._crash_advice import advise
+
+READY_TEXT = "The server is fired up and ready to roll"
+_RUNNING = re.compile(r"\b(?:Decode|Prefill) batch\b")
+_CAPTURE_BEGIN = re.compile(r"Capture (?:(draft|draft extend|piecewise) )?cuda graph begin", re.I)
+_CAPTURE_END = re.compile(r"Capture (?:[\w ]+ )?cuda graph end", re.I)
+_CAPTURING = re.compile(r"Capturing batches|Capture cuda graph bs", re.I)
+_MEM_FRACTION = re.compile(
+    r"mem_fraction_static\s*[=:]\s*([0-9]*\.?[0-9]+)|--mem-fraction-static[= ]+([0-9]*\.?[0-9]+)"
+    r"|Current value:\s*([0-9]*\.[0-9]+)"
+)
+#: Start-up steps by the text of their line, and the words for them.
+_STEPS = (
+    ("Load weight begin", "loading weights"),
+    ("Load weight end", "weights loaded"),
+    ("KV Cache is allocated", "KV cache allocated"),
+)
+
+
+def is_ready(line: str) -> bool:
+    return READY_TEXT in line
+
+
+def is_running(line: str) -> bool:
+    return _RUNNING.search(line) is not None
+
+
+def capture_begin(line: str) -> str | None:
+    """``"target"`` or ``"draft"`` when the line starts a CUDA-graph capture, else ``None``."""
+    m = _CAPTURE_BEGIN.search(line)
+    if m is None:
+        return None
+    return "draft" if m.group(1) and m.group(1).startswith("draft") else "target"
+
+
+def is_capture_end(line: str) -> bool:
+    return _CAPTURE_END.search(line) is not None
+
+
+def is_capturing(line: str) -> bool:
+    return _CAPTURING.search(line) is not None
+
+
+def mem_fraction_value(line: str) -> str | None:
+    """The ``--mem-fraction-static`` value a line shows (server args, an error message)."""
+    m = _MEM_FRACTION.search(line)
+    if m is None:
+        return None
+    return next(g for g in m.groups() if g)
+
+
+class SGLangCrashRules(CrashRules):
+    """The rule set of SGLang's log (and of the simulated server's, which logs the same)."""
+
+    cause_priority = rules.CAUSE_PRIORITY
+    tag_hints = rules.TAG_HINTS
+
+    def specific_cause(
+        self,
+        line: str,
+        exception: tuple[str, str] | None,
+        tags: frozenset[str],
+        capture_phase: bool,
+    ) -> tuple[str, int] | None:
+        return rules.specific_cause(line, exception, tags, capture_phase)
+
+    def is_strong_crash(self, line: str) -> bool:
+        return rules.is_strong_crash(line)
+
+    def frame_tags(self, path: str, func: str) -> frozenset[str]:
+        return rules.frame_tags(path, func)
+
+    def may_matter(self, line: str) -> bool:
+        return rules.may_matter(line)
+
+    def is_noise(self, line: str) -> bool:
+        return rules.is_noise(line)
+
+    def is_warning(self, line: str) -> bool:
+        return rules.is_warning(line)
+
+    def hint_of(self, line: str) -> tuple[str, int] | None:
+        return rules.hint_of(line)
+
+    def settings(self, line: str) -> Mapping[str, str]:
+        value = mem_fraction_value(line)
+        return {} if value is None else {"mem_fraction_static": value}
+
+    def pick_cause(self, found: Collection[str]) -> tuple[str, str] | None:
+        if (
+            "oom_kv_pool" not in found
+            and "graph_capture_other" in found
+            and "oom_runtime" in found
+            and "oom_cuda_graph" not in found
+        ):
+            # "CUDA graph capture failed." after a plain out-of-memory exception
+            return "oom_cuda_graph", "oom_runtime"
+        return super().pick_cause(found)
+
+    def progress(self, line: str) -> Progress | None:
+        if is_ready(line):
+            return Progress("ready", "ready")
+        if is_running(line):
+            return Progress("running")
+        kind = capture_begin(line)
+        if kind is not None:
+            draft = kind == "draft"
+            which = "draft" if draft else "target"
+            return Progress("capture_begin", f"capturing the {which} CUDA graphs", draft=draft)
+        if is_capture_end(line):
+            return Progress("capture_end", "CUDA graphs captured")
+        if is_capturing(line):
+            return Progress("capturing", "capturing CUDA graphs")
+        for text, phase in _STEPS:
+            if text in line:
+                return Progress("step", phase, loading=phase == "loading weights")
+        return None
+
+    def advise(self, ctx: AdviceContext) -> str:
+        return advise(ctx)
+
+
+#: The one :class:`SGLangCrashRules` (it holds no state).
+SGLANG_CRASH_RULES = SGLangCrashRules()

@@ -1,0 +1,239 @@
+"""What SGLang refuses, rewrites, chooses by itself or crashes on, known before a server starts.
+
+Argument rules (:func:`check_rules`): a configuration SGLang would refuse is ``bad_args``; one it
+would silently run as something else (a rewritten or ignored value) is ``infeasible``: it is
+refused too, so that a trial never runs a configuration other than the one recorded. Reasons read
+``<rule>: <detail>``; the part before the first colon is the same for every configuration a rule
+refuses. The draft tree's bounds (:func:`draft_token_bounds`) are the one statement of how steps,
+top-k and draft tokens go together; the rules, the sampler's repair and its model of the draft
+count all read them.
+
+Incompatibilities (:func:`incompatibility`): what SGLang accepts but crashes on, on some GPUs:
+FlashInfer all-reduce fusion only on SM90/SM100, torch symmetric memory only on SM90 (4, 6, 8
+ranks) and SM100 (6, 8 ranks), NCCL's Tree algorithm not under CUDA-graph capture.
+
+Both adapters that speak SGLang's command line (the real server's and the simulated one's) take
+all of it from :class:`SGLangRules`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from autotune._knobs import SPECULATIVE_NUMBERS, Infeasible, ServerConfig
+from autotune.engines._base import Engine
+from autotune.engines.sglang._section import owned_flag
+
+if TYPE_CHECKING:
+    from autotune._workload import WorkloadSpec
+    from autotune.engines._base import Hardware
+
+#: SGLang's running-request cap under speculative decoding when ``--max-running-requests`` is unset.
+SPEC_MAX_RUNNING_REQUESTS = 48
+#: Algorithms that load a separate draft model (``--speculative-draft-model-path``).
+DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+
+#: Attention backends without speculative decoding (docs/advanced_features/attention_backend.md).
+NO_SPEC_BACKENDS = ("fa4", "trtllm_mla", "torch_native", "flex_attention")
+#: Attention backends that run top-k > 1 with a page size > 1.
+PAGED_TOPK_BACKENDS = ("flashinfer", "fa3", "triton")
+#: The fewest draft tokens a speculative step verifies.
+MIN_DRAFT_TOKENS = 2
+#: SGLang's own (steps, top-k, draft tokens) when none are given: for Llama and Grok targets ...
+_AUTO_LARGE_TREE = (5, 4, 8)
+#: ... and for every other target.
+_AUTO_CHAIN = (3, 1, 4)
+#: Ranks torch symmetric-memory all-reduce supports, by compute-capability major.
+_SYMM_MEM_RANKS: Mapping[int, tuple[int, ...]] = MappingProxyType({9: (4, 6, 8), 10: (6, 8)})
+#: Compute-capability majors FlashInfer's all-reduce fusion supports.
+_FUSION_MAJORS = (9, 10)
+
+
+def draft_token_bounds(steps: int, topk: int) -> tuple[int, int]:
+    """The fewest and most draft tokens SGLang runs as given for ``steps`` and ``topk``.
+
+    Top-k 1 fixes the draft tokens at steps + 1 (SGLang rewrites any other count); otherwise the
+    tree holds at most steps x top-k + 1, and a step verifies at least two.
+    """
+    if topk == 1:
+        return steps + 1, steps + 1
+    return MIN_DRAFT_TOKENS, steps * topk + 1
+
+
+def check_rules(config: ServerConfig) -> Infeasible | None:
+    """Why SGLang would refuse or rewrite ``config``; ``None`` when it runs as given."""
+    numbers = {k: getattr(config, k) for k in SPECULATIVE_NUMBERS}
+    given = [k for k, v in numbers.items() if v is not None]
+    if not config.speculative:
+        if given:
+            return Infeasible(
+                "speculative numbers without a speculative algorithm: SGLang ignores "
+                f"{given[0]}={numbers[given[0]]} when speculative_algorithm is none",
+                "infeasible",
+                given[0],
+            )
+        return None
+    backend = config.attention_backend
+    if backend in NO_SPEC_BACKENDS:
+        return Infeasible(
+            f"attention backend without speculative decoding: {backend} does not support "
+            f"{config.speculative_algorithm}",
+            "bad_args",
+            "attention_backend",
+        )
+    if given and len(given) < len(SPECULATIVE_NUMBERS):
+        missing = next(k for k in SPECULATIVE_NUMBERS if k not in given)
+        return Infeasible(
+            "speculative numbers must be set all three or none: "
+            f"{', '.join(given)} set but {missing} not",
+            "bad_args",
+            missing,
+        )
+    steps = config.speculative_num_steps
+    topk = config.speculative_eagle_topk
+    draft = config.speculative_num_draft_tokens
+    if steps is None or topk is None or draft is None:
+        return None  # SGLang chooses all three itself
+    return _check_tree(steps, topk, draft) or _check_backend(config, topk)
+
+
+def _check_tree(steps: int, topk: int, draft: int) -> Infeasible | None:
+    if draft < MIN_DRAFT_TOKENS:
+        return Infeasible(
+            f"speculation needs at least {MIN_DRAFT_TOKENS} draft tokens: "
+            f"speculative_num_draft_tokens={draft}",
+            "bad_args",
+            "speculative_num_draft_tokens",
+        )
+    low, high = draft_token_bounds(steps, topk)
+    if low == high and draft != low:
+        return Infeasible(
+            "top-k 1 fixes the draft tokens at steps + 1: SGLang would run "
+            f"speculative_num_draft_tokens={low} instead of {draft}",
+            "infeasible",
+            "speculative_num_draft_tokens",
+        )
+    if draft > high:
+        return Infeasible(
+            "more draft tokens than the draft tree holds: "
+            f"{steps} steps x top-k {topk} + 1 = {high} < {draft}",
+            "bad_args",
+            "speculative_num_draft_tokens",
+        )
+    return None
+
+
+def _check_backend(config: ServerConfig, topk: int) -> Infeasible | None:
+    backend = config.attention_backend
+    if backend == "trtllm_mha" and topk > 1:
+        return Infeasible(
+            "trtllm_mha runs speculative decoding with top-k 1 only: "
+            f"speculative_eagle_topk={topk}",
+            "bad_args",
+            "speculative_eagle_topk",
+        )
+    page = config.page_size
+    # With the backend unset SGLang picks one for the GPU; only a named backend is judged here.
+    if topk > 1 and page is not None and page > 1 and backend not in (None, *PAGED_TOPK_BACKENDS):
+        return Infeasible(
+            "top-k > 1 with a page size > 1 needs flashinfer, fa3 or triton attention: "
+            f"speculative_eagle_topk={topk}, page_size={page}, attention_backend={backend}",
+            "bad_args",
+            "speculative_eagle_topk",
+        )
+    return None
+
+
+def automatic_choice(architecture: str | None) -> dict[str, int]:
+    """The speculative numbers SGLang picks itself for a target of ``architecture``.
+
+    (steps, top-k, draft tokens) = (5, 4, 8) for Llama and Grok models and (3, 1, 4) otherwise
+    (an unknown architecture included).
+    """
+    large = architecture is not None and ("Llama" in architecture or "Grok" in architecture)
+    steps, topk, draft = _AUTO_LARGE_TREE if large else _AUTO_CHAIN
+    return {
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": draft,
+    }
+
+
+def incompatibility(config: ServerConfig, hardware: Hardware) -> Infeasible | None:
+    """Why SGLang would crash with ``config`` on ``hardware`` (see the module docstring)."""
+    tp = config.tp_size
+    cc = hardware.compute_capability
+    if tp > 1 and cc is not None:
+        sm = f"SM{cc[0]}{cc[1]}"
+        if config.allreduce == "flashinfer_fusion" and cc[0] not in _FUSION_MAJORS:
+            return Infeasible(
+                f"FlashInfer all-reduce fusion supports SM90 and SM100 only; these GPUs are {sm}",
+                "unsupported_arch",
+                "allreduce",
+            )
+        if config.allreduce == "torch_symm_mem" and tp not in _SYMM_MEM_RANKS.get(cc[0], ()):
+            return Infeasible(
+                f"torch symmetric memory all-reduce does not support {sm} with {tp} ranks "
+                "(SM90: 4, 6, 8; SM100: 6, 8)",
+                "unsupported_arch",
+                "allreduce",
+            )
+    if tp > 1 and config.allreduce == "nccl_tree" and not config.disable_cuda_graph:
+        return Infeasible(
+            "NCCL_ALGO=Tree cannot be captured in CUDA graphs; it needs --disable-cuda-graph",
+            "graph_capture_other",
+            "allreduce",
+        )
+    return None
+
+
+def max_running_requests_for(config: ServerConfig, workload: WorkloadSpec | None) -> int | None:
+    """The ``--max-running-requests`` to pass: the knob, else what the workload needs.
+
+    Under speculative decoding with the knob unset SGLang caps running requests at 48; a workload
+    with more concurrent requests gets the cap raised to its concurrency. ``None``: not passed.
+    """
+    if config.max_running_requests is not None:
+        return config.max_running_requests
+    if (
+        config.speculative
+        and workload is not None
+        and workload.concurrency > SPEC_MAX_RUNNING_REQUESTS
+    ):
+        return workload.concurrency
+    return None
+
+
+class SGLangRules(Engine):
+    """What every adapter of an engine that speaks SGLang's command line knows: SGLang's rules
+    and draft tree, its automatic speculative choice, its incompatibilities, its running-request
+    cap and the flags the tuner owns (see the module docstring)."""
+
+    @classmethod
+    def owned_flag(cls, arg: str) -> tuple[str, str] | None:
+        return owned_flag(arg)
+
+    def check_rules(self, config: ServerConfig) -> Infeasible | None:
+        return check_rules(config)
+
+    def draft_token_bounds(self, steps: int, topk: int) -> tuple[int, int]:
+        return draft_token_bounds(steps, topk)
+
+    def automatic_choice(self) -> Mapping[str, Any] | None:
+        """SGLang's (steps, top-k, draft tokens) for the target's architecture."""
+        return automatic_choice(self.architecture())
+
+    def incompatibility(self, config: ServerConfig, hardware: Hardware) -> Infeasible | None:
+        return incompatibility(config, hardware)
+
+    def workload_note(self, config: ServerConfig, workload: WorkloadSpec) -> str | None:
+        cap = max_running_requests_for(config, workload)
+        if cap is None or config.max_running_requests is not None:
+            return None
+        return (
+            f"under speculative decoding SGLang runs at most {SPEC_MAX_RUNNING_REQUESTS} "
+            "requests at once unless max_running_requests is set; concurrency "
+            f"{workload.concurrency} needs max_running_requests={cap}"
+        )

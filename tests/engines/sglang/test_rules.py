@@ -1,0 +1,278 @@
+"""SGLang's own rules: each has a configuration it refuses and a neighbour it accepts; and the rest
+of what both SGLang-speaking adapters know (draft tree, automatic choice, incompatibilities).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
+from autotune.engines import EngineSpec, Hardware, SGLangEngine, SimEngine, create_engine
+from autotune.engines.sglang._rules import check_rules, draft_token_bounds, incompatibility
+
+
+def _spec(steps: int | None, topk: int | None, draft: int | None, **more: Any) -> ServerConfig:
+    return ServerConfig(
+        speculative_algorithm="EAGLE3",
+        speculative_num_steps=steps,
+        speculative_eagle_topk=topk,
+        speculative_num_draft_tokens=draft,
+        **more,
+    )
+
+
+# (refused configuration, category, knob, accepted neighbour)
+RULES = [
+    pytest.param(
+        ServerConfig(
+            speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4
+        ),
+        "infeasible",
+        "speculative_num_steps",
+        _spec(3, 1, 4),
+        id="numbers-without-algorithm",
+    ),
+    pytest.param(
+        _spec(3, None, None),
+        "bad_args",
+        "speculative_eagle_topk",
+        _spec(None, None, None),
+        id="all-three-or-none",
+    ),
+    pytest.param(
+        _spec(None, 2, 4),
+        "bad_args",
+        "speculative_num_steps",
+        _spec(3, 2, 4),
+        id="all-three-or-none-steps-missing",
+    ),
+    pytest.param(
+        _spec(2, 1, 4),
+        "infeasible",
+        "speculative_num_draft_tokens",
+        _spec(2, 1, 3),
+        id="topk-1-fixes-draft-tokens",
+    ),
+    pytest.param(
+        _spec(2, 4, 10),
+        "bad_args",
+        "speculative_num_draft_tokens",
+        _spec(2, 4, 9),
+        id="draft-tree-capacity",
+    ),
+    pytest.param(
+        _spec(2, 2, 1),
+        "bad_args",
+        "speculative_num_draft_tokens",
+        _spec(2, 2, 2),
+        id="at-least-two-draft-tokens",
+    ),
+    pytest.param(
+        _spec(2, 4, 4, page_size=16, attention_backend="flashmla"),
+        "bad_args",
+        "speculative_eagle_topk",
+        _spec(2, 4, 4, page_size=16, attention_backend="fa3"),
+        id="paged-topk-needs-flashinfer-fa3-triton",
+    ),
+    pytest.param(
+        _spec(2, 2, 4, attention_backend="trtllm_mha"),
+        "bad_args",
+        "speculative_eagle_topk",
+        _spec(2, 1, 3, attention_backend="trtllm_mha"),
+        id="trtllm-mha-topk-1-only",
+    ),
+    pytest.param(
+        _spec(2, 1, 3, attention_backend="fa4"),
+        "bad_args",
+        "attention_backend",
+        _spec(2, 1, 3, attention_backend="flashinfer"),
+        id="backend-without-speculation",
+    ),
+]
+
+
+@pytest.mark.parametrize(("refused", "category", "knob", "accepted"), RULES)
+def test_rule_refuses_and_accepts(
+    refused: ServerConfig, category: str, knob: str, accepted: ServerConfig
+) -> None:
+    verdict = check_rules(refused)
+    assert verdict is not None
+    assert verdict.category == category
+    assert verdict.knob == knob
+    assert ":" in verdict.reason
+    assert check_rules(accepted) is None
+
+
+@pytest.mark.parametrize("backend", ["fa4", "trtllm_mla", "torch_native", "flex_attention"])
+def test_backends_without_speculation_still_serve_the_baseline(backend: str) -> None:
+    assert check_rules(_spec(None, None, None, attention_backend=backend)) is not None
+    assert check_rules(ServerConfig(attention_backend=backend)) is None
+
+
+def test_paged_topk_with_the_backend_left_to_sglang_is_allowed() -> None:
+    assert check_rules(_spec(2, 4, 4, page_size=16)) is None
+    assert check_rules(_spec(2, 4, 4, page_size=1, attention_backend="flashmla")) is None
+
+
+def test_nccl_tree_with_cuda_graphs_is_not_a_rule() -> None:
+    assert check_rules(_spec(2, 4, 4, allreduce="nccl_tree", cuda_graph_max_bs=128)) is None
+
+
+def test_topk_1_reason_names_what_sglang_would_run() -> None:
+    verdict = check_rules(_spec(4, 1, 8))
+    assert verdict is not None
+    assert "speculative_num_draft_tokens=5" in verdict.reason
+
+
+# --- the draft tree: one statement, the rules agree with it --------------------------------
+@pytest.mark.parametrize(
+    ("steps", "topk", "bounds"), [(1, 1, (2, 2)), (3, 1, (4, 4)), (2, 4, (2, 9)), (5, 8, (2, 41))]
+)
+def test_draft_token_bounds(steps: int, topk: int, bounds: tuple[int, int]) -> None:
+    assert draft_token_bounds(steps, topk) == bounds
+
+
+def test_the_rules_accept_exactly_the_draft_counts_within_the_bounds() -> None:
+    for steps in range(1, 6):
+        for topk in range(1, 5):
+            low, high = draft_token_bounds(steps, topk)
+            for draft in range(1, 26):
+                accepted = check_rules(_spec(steps, topk, draft)) is None
+                assert accepted == (low <= draft <= high), (steps, topk, draft)
+
+
+def _adapters() -> list[Any]:
+    return [
+        pytest.param(SGLangEngine(EngineSpec(kind="sglang", sglang_version="0.5.23")), id="sglang"),
+        pytest.param(SimEngine(EngineSpec(kind="sim")), id="sim"),
+    ]
+
+
+@pytest.mark.parametrize("engine", _adapters())
+def test_both_adapters_judge_with_sglangs_rules(engine: Any) -> None:
+    for config, *_ in (p.values for p in RULES):
+        assert engine.check_rules(config) == check_rules(config)
+    assert engine.draft_token_bounds(3, 1) == (4, 4)
+    assert engine.draft_token_bounds(2, 4) == (2, 9)
+    assert type(engine).owned_flag("--port=1") == ("--port", "engine.port")
+    assert type(engine).owned_flag("--hos") == ("--host", "engine.host")
+    assert type(engine).owned_flag("--log-level") is None
+
+
+# --- automatic choice ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("architecture", "choice"),
+    [("LlamaForCausalLM", (5, 4, 8)), ("Grok1ForCausalLM", (5, 4, 8)), ("Qwen3", (3, 1, 4))],
+)
+def test_the_automatic_choice_follows_the_targets_architecture(
+    tmp_path: Any, architecture: str, choice: tuple[int, int, int]
+) -> None:
+    (tmp_path / "config.json").write_text(f'{{"architectures": ["{architecture}"]}}')
+    engine = SGLangEngine(EngineSpec(kind="sglang", model_path=str(tmp_path)))
+    assert engine.automatic_choice() == dict(zip(SPECULATIVE_NUMBERS, choice, strict=True))
+
+
+def test_the_automatic_choice_of_an_unknown_target_is_sglangs_chain() -> None:
+    engine = SGLangEngine(EngineSpec(kind="sglang", model_path="org/hub-id"))
+    assert engine.automatic_choice() == {
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    }
+
+
+def test_the_simulator_chooses_for_its_profiles_target() -> None:
+    # the default profile's target is Kimi-K2.5 (DeepseekV3 architecture): SGLang's chain
+    assert SimEngine(EngineSpec()).automatic_choice() == {
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    }
+
+
+# --- incompatibilities by architecture ---------------------------------------------------
+SM90 = Hardware(compute_capability=(9, 0))
+SM120 = Hardware(compute_capability=(12, 0))
+
+
+@pytest.mark.parametrize(
+    ("hardware", "tp", "mode", "graphs", "category"),
+    [
+        (SM120, 8, "flashinfer_fusion", True, "unsupported_arch"),
+        (SM90, 8, "flashinfer_fusion", True, None),
+        (SM120, 8, "torch_symm_mem", True, "unsupported_arch"),
+        (SM90, 4, "torch_symm_mem", True, None),
+        (SM90, 2, "torch_symm_mem", True, "unsupported_arch"),
+        (SM90, 8, "nccl_tree", True, "graph_capture_other"),
+        (SM90, 8, "nccl_tree", False, None),
+        (SM120, 1, "flashinfer_fusion", True, None),
+        (Hardware(), 8, "flashinfer_fusion", True, None),
+    ],
+)
+def test_known_incompatibilities(
+    hardware: Hardware, tp: int, mode: str, graphs: bool, category: str | None
+) -> None:
+    config = ServerConfig(allreduce=mode, tp_size=tp, disable_cuda_graph=not graphs)
+    verdict = incompatibility(config, hardware)
+    assert (verdict.category if verdict else None) == category
+    for engine in (SGLangEngine(EngineSpec(kind="sglang")), SimEngine(EngineSpec())):
+        assert engine.incompatibility(config, hardware) == verdict
+
+
+# --- what each adapter adds ----------------------------------------------------------------
+def test_the_running_request_cap_note() -> None:
+    from autotune._workload import WorkloadSpec
+
+    engine = SGLangEngine(EngineSpec(kind="sglang"))
+    spec3 = _spec(3, 1, 4)
+    note = engine.workload_note(spec3, WorkloadSpec(concurrency=64))
+    assert note is not None and "at most 48 requests" in note
+    assert note.endswith("concurrency 64 needs max_running_requests=64")
+    assert engine.workload_note(spec3, WorkloadSpec(concurrency=8)) is None
+    capped = spec3.replace(max_running_requests=64)
+    assert engine.workload_note(capped, WorkloadSpec(concurrency=64)) is None
+    assert engine.workload_note(ServerConfig(), WorkloadSpec(concurrency=64)) is None
+
+
+def test_a_real_sglang_needs_its_draft_model_the_simulator_does_not() -> None:
+    bare = SGLangEngine(EngineSpec(kind="sglang"))
+    assert bare.lacks_draft_model("EAGLE3") and bare.lacks_draft_model("STANDALONE")
+    assert not bare.lacks_draft_model("NGRAM") and not bare.lacks_draft_model("none")
+    assert not SGLangEngine(EngineSpec(kind="sglang", draft_model_path="/d")).lacks_draft_model(
+        "EAGLE3"
+    )
+    assert not SimEngine(EngineSpec()).lacks_draft_model("EAGLE3")
+
+
+def test_releases_and_summaries_of_the_engine_section() -> None:
+    sglang = EngineSpec(kind="sglang")
+    pinned = SGLangEngine.with_release(sglang, "0.5.3")
+    assert pinned is not None and pinned.sglang_version == "0.5.3"
+    assert SimEngine.with_release(EngineSpec(), "0.5.3") is None
+    assert SGLangEngine.spec_note(sglang) is None
+    assert SGLangEngine.spec_note(pinned) == "SGLang 0.5.3 flags"
+    assert (
+        SimEngine.spec_note(EngineSpec()) == "profile rtxpro6000x8-kimi-k2.5, SGLang 0.5.23 flags"
+    )
+    assert SGLangEngine.default_model_path is None
+    assert SimEngine.default_model_path == EngineSpec.model_path
+
+
+def test_the_reference_command_is_the_simulators_sglang_command() -> None:
+    config = _spec(3, 1, 4)
+    sim = create_engine(EngineSpec(kind="sim", tp_size=8))
+    command = sim.reference_command(config, port=30000)
+    assert command is not None and command.startswith("python3 -m sglang.launch_server ")
+    assert "--speculative-num-steps 3" in command and "--sim-" not in command
+    assert create_engine(EngineSpec(kind="sglang")).reference_command(config, port=1) is None
+
+
+def test_the_memory_need_shares_the_weights_over_the_ranks() -> None:
+    engine = SGLangEngine(EngineSpec(kind="sglang"))
+    config = _spec(3, 1, 4, tp_size=4)
+    assert engine.memory_need_gib(config, weights=(400.0, 8.0)) == pytest.approx(102.0)
+    assert engine.memory_need_gib(ServerConfig(tp_size=4), weights=(400.0, 8.0)) == 100.0
+    assert engine.memory_need_gib(config, weights=(None, 8.0)) is None
+    assert engine.memory_need_gib(config) is None  # a hub id: sizes unknown
