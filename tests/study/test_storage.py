@@ -194,14 +194,27 @@ def _wrapped(cause: Exception) -> Exception:
 
 @pytest.fixture
 def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The retry's pauses, recorded instead of slept."""
-    import types
-
+    """The retry's pauses, recorded instead of slept, on a virtual clock they advance."""
     from autotune.study import _storage
 
-    slept: list[float] = []
-    monkeypatch.setattr(_storage, "time", types.SimpleNamespace(sleep=slept.append))
-    return slept
+    clock = _VirtualClock()
+    monkeypatch.setattr(_storage, "time", clock)
+    return clock.slept
+
+
+class _VirtualClock:
+    """Stands in for :mod:`time` in the storage module: ``sleep`` advances ``monotonic``."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def monotonic(self) -> float:
+        return self.now
 
 
 def test_every_storage_method_goes_through_the_retry() -> None:
@@ -240,6 +253,30 @@ def test_a_locked_database_is_retried_until_it_answers(
     RetryLockedStorage(Flaky()).set_trial_user_attr(7, "outcome", "ok")
     assert calls == [7, 7, 7, 7]
     assert pauses == pytest.approx([0.05, 0.08, 0.128])
+
+
+def test_a_lock_that_sqlite_already_waited_out_is_not_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lock reported after SQLite's busy timeout (60 s of waiting inside the call) fails at
+    once: the retry's 30 s are spent, so the caller hears of it in a minute, not in twenty."""
+    from autotune import StorageError
+    from autotune.study import _storage
+    from autotune.study._storage import RetryLockedStorage
+
+    clock = _VirtualClock()
+    monkeypatch.setattr(_storage, "time", clock)
+    calls: list[int] = []
+
+    class Busy(_Backend):
+        def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+            calls.append(trial_id)
+            clock.now += 60.0  # SQLite's busy timeout, waited inside the call
+            raise _locked()
+
+    with pytest.raises(StorageError, match="refused a write"):
+        RetryLockedStorage(Busy()).set_trial_user_attr(7, "outcome", "ok")
+    assert calls == [7] and clock.slept == []
 
 
 @pytest.mark.parametrize("optuna_wrapped", [False, True], ids=["sqlalchemy", "optuna"])
