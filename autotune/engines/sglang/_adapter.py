@@ -24,7 +24,6 @@ from autotune._launch import LaunchSpec
 from autotune._redact import api_key_of, is_secret_env
 from autotune.engines._base import Hardware
 from autotune.engines._spec import EngineSpec
-from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES
 from autotune.engines.sglang._detect import detect_flagset
 from autotune.engines.sglang._dialects import FlagSet, known_flagset
 from autotune.engines.sglang._hardware import nvml_hardware
@@ -34,14 +33,10 @@ from autotune.engines.sglang._rules import (
     max_running_requests_for,
 )
 from autotune.engines.sglang._section import read_sglang_section
-from autotune.engines.sglang._serving import READINESS, SGLANG_API
 
 if TYPE_CHECKING:
     from autotune._document import Section
     from autotune._workload import WorkloadSpec
-    from autotune.crashes import CrashRules
-    from autotune.engines._serving import ServerApi
-    from autotune.server import Readiness
 
 #: Environment variable NCCL reads for a forced algorithm, per all-reduce mode.
 _NCCL_ALGO: Mapping[str, str] = MappingProxyType({"nccl_tree": "Tree", "nccl_ring": "Ring"})
@@ -306,18 +301,6 @@ class SGLangEngine(SGLangRules):
 
     def precheck(self, config: ServerConfig) -> Infeasible | None:
         return first_missing(self.flagset(), self.spec, config)
-
-    def readiness(self) -> Readiness:
-        """SGLang's ready line, then ``/health_generate`` and ``/get_model_info``."""
-        return READINESS
-
-    def crash_rules(self) -> CrashRules:
-        """SGLang's crash lines, start-up steps and advice."""
-        return SGLANG_CRASH_RULES
-
-    def server_api(self) -> ServerApi:
-        """SGLang's ``/flush_cache``, ``/get_server_info``, ``/metrics`` and ``meta_info``."""
-        return SGLANG_API
 
     def unsupported_values(self, knob: str, values: Iterable[Any]) -> dict[Any, str]:
         return unsupported_in(self.flagset(), self.spec, knob, values)

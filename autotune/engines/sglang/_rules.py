@@ -24,11 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._knobs import SPECULATIVE_NUMBERS, Infeasible, ServerConfig
 from autotune.engines._base import Engine
+from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES
 from autotune.engines.sglang._section import owned_flag
+from autotune.engines.sglang._serving import READINESS, SGLANG_API
 
 if TYPE_CHECKING:
     from autotune._workload import WorkloadSpec
+    from autotune.crashes import CrashRules
     from autotune.engines._base import Hardware
+    from autotune.engines._serving import ServerApi
+    from autotune.server import Readiness
 
 #: SGLang's running-request cap under speculative decoding when ``--max-running-requests`` is unset.
 SPEC_MAX_RUNNING_REQUESTS = 48
@@ -209,7 +214,8 @@ def max_running_requests_for(config: ServerConfig, workload: WorkloadSpec | None
 class SGLangRules(Engine):
     """What every adapter of an engine that speaks SGLang's command line knows: SGLang's rules
     and draft tree, its automatic speculative choice, its incompatibilities, its running-request
-    cap and the flags the tuner owns (see the module docstring)."""
+    cap, the flags the tuner owns, and how its log, readiness and HTTP routes are read (the
+    simulated server speaks all of them as SGLang does)."""
 
     @classmethod
     def owned_flag(cls, arg: str) -> tuple[str, str] | None:
@@ -227,6 +233,18 @@ class SGLangRules(Engine):
 
     def incompatibility(self, config: ServerConfig, hardware: Hardware) -> Infeasible | None:
         return incompatibility(config, hardware)
+
+    def readiness(self) -> Readiness:
+        """SGLang's ready line, then ``/health_generate`` and ``/get_model_info``."""
+        return READINESS
+
+    def crash_rules(self) -> CrashRules:
+        """SGLang's crash lines, start-up steps and advice."""
+        return SGLANG_CRASH_RULES
+
+    def server_api(self) -> ServerApi:
+        """SGLang's ``/flush_cache``, ``/get_server_info``, ``/metrics`` and ``meta_info``."""
+        return SGLANG_API
 
     def workload_note(self, config: ServerConfig, workload: WorkloadSpec) -> str | None:
         cap = max_running_requests_for(config, workload)

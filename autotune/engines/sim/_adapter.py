@@ -27,20 +27,15 @@ from autotune.engines.sglang._adapter import (
     make_launch,
     unsupported_in,
 )
-from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES
 from autotune.engines.sglang._dialects import FlagSet, known_flagset
 from autotune.engines.sglang._rules import SGLangRules
-from autotune.engines.sglang._serving import READINESS, SGLANG_API
 
 if TYPE_CHECKING:
     from autotune._document import Section
     from autotune._knobs import ServerConfig
     from autotune._launch import LaunchSpec
     from autotune._workload import WorkloadSpec
-    from autotune.crashes import CrashRules
-    from autotune.engines._serving import ServerApi
     from autotune.engines._spec import SimOptions
-    from autotune.server import Readiness
     from autotune.sim import Profile
 
 #: The SGLang releases whose command line the simulated server speaks.
@@ -158,18 +153,6 @@ class SimEngine(SGLangRules):
             spec = dataclasses.replace(self.spec, python="python3")
             self._sglang = SGLangEngine(spec, flags=self._flags)
         return self._sglang.build_launch(config, port=port, workload=workload).display()
-
-    def readiness(self) -> Readiness:
-        """SGLang's: the simulated server logs SGLang's ready line and serves its probes."""
-        return READINESS
-
-    def crash_rules(self) -> CrashRules:
-        """SGLang's: the simulated server logs SGLang's crash lines and steps."""
-        return SGLANG_CRASH_RULES
-
-    def server_api(self) -> ServerApi:
-        """SGLang's: the simulated server answers SGLang's routes and ``meta_info``."""
-        return SGLANG_API
 
     def unsupported_values(self, knob: str, values: Iterable[Any]) -> dict[Any, str]:
         return unsupported_in(self._flags, self.spec, knob, values)
