@@ -19,7 +19,9 @@ so its full workload (12 prompts) would take 20 to 50 s per configuration.
   (eval: 0.466 and 0.592; 12 prompts: 0.459 and 0.693).
 - EAGLE-3 (2, 4, 4) over the baseline at graph 128: 8 prompts, as the baseline (eval: 0.968).
 - H100 at batch 1: 2 MT-Bench prompts (the ratios are those of 8 prompts to 0.1%); concurrency
-  16 and 64: 32 and 128 prompts (eval: the same gains as 48 and 192 prompts to 0.1%).
+  16 and 64: 32 and 128 prompts (eval: the same gains as 48 and 192 prompts to 0.1%). These
+  runs of a few seconds are repeated on their server until two agree, and the fastest counts
+  (:func:`best_run`): a burst of other work on the machine slows one run, not the model.
 """
 
 from __future__ import annotations
@@ -64,6 +66,32 @@ class Measured:
     kv_tokens: int
 
 
+#: Runs of a short H100 measurement on one server: at most this many, see :func:`best_run`.
+STEADY_RUNS = 3
+#: Two runs closer than this (relative) are taken as undisturbed.
+STEADY_SPREAD = 0.02
+
+
+def best_run(client: BenchmarkClient, workload: WorkloadSpec, *, runs: int) -> BenchmarkResult:
+    """The fastest of up to ``runs`` runs of ``workload``, stopping once two agree.
+
+    At noise 0 the server's schedule is deterministic and wall time can only be lost: a burst
+    of competing work on the 2-core machine (another process's start-up, a collection pass)
+    that lands inside a run of 2 to 3 s slows that run alone, by up to 15% seen in CI. Two runs
+    within :data:`STEADY_SPREAD` of each other were not disturbed (or were disturbed alike,
+    which a sustained load does and a burst seldom does); otherwise a third decides.
+    """
+    results: list[BenchmarkResult] = []
+    for _ in range(runs):
+        result = client.run_sync(workload)
+        assert result.completed == workload.num_prompts and result.failed == 0
+        results.append(result)
+        speeds = sorted(r.output_tok_s for r in results)
+        if len(speeds) >= 2 and speeds[-1] - speeds[-2] <= STEADY_SPREAD * speeds[-1]:
+            break
+    return max(results, key=lambda r: r.output_tok_s)
+
+
 class Lab:
     """Measures configurations over HTTP, one server at a time, each at most once."""
 
@@ -95,11 +123,11 @@ class Lab:
         )
         try:
             options = ClientOptions(benchmark_timeout_s=300, progress=False)
-            result = BenchmarkClient(server.url, options).run_sync(workload)
+            client = BenchmarkClient(server.url, options)
+            result = best_run(client, workload, runs=1 if seed_system else STEADY_RUNS)
             info = httpx.get(f"{server.url}/get_server_info", timeout=20).json()
         finally:
             server.terminate()
-        assert result.completed == workload.num_prompts and result.failed == 0
         measured = Measured(result, int(info["max_total_num_tokens"]))
         self._cache[key] = measured
         return measured
