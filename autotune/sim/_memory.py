@@ -13,7 +13,8 @@ pool, which grows with the captured batch sizes and, under speculation, with the
 out-of-memory error otherwise. Too low a fraction starves the KV pool, too high a fraction starves
 the graphs: the feasible band depends on the other knobs.
 
-The automatic fraction follows SGLang's reserved-memory rule with the profile's constants.
+The automatic fraction follows SGLang's reserved-memory rule (see :func:`auto_fraction`) with
+the profile's constants.
 """
 
 from __future__ import annotations
@@ -70,23 +71,32 @@ def max_bs_of(profile: Profile, config: ServerConfig) -> int:
 
 
 def auto_fraction(profile: Profile, config: ServerConfig) -> float:
-    """SGLang's automatic ``mem_fraction_static`` for this configuration."""
+    """SGLang's automatic ``mem_fraction_static`` for this configuration.
+
+    SGLang's rule (``ServerArgs._handle_gpu_memory_settings``), in its order: a reserve of
+    metadata, prefill activations (1.5 MiB per token of the prefill chunk, at least 2,048),
+    CUDA graphs (2 MiB per request of the decode graphs' largest batch, before speculation caps
+    the batch at 48) and parallel buffers (1 GiB per 8 ranks); at least 10 GiB on a GPU of more
+    than 60 GiB; then 2 GiB more for an EAGLE draft head and its graphs, on top of that floor.
+    The fraction is what the reserve leaves, to three decimals. The profile gives the constants
+    (``runtime.auto_fraction``): SGLang's are 512, 1.5, 2, 1,024, 2,048 MiB and 10 GiB; a
+    profile may add what its model's kernels reserve on top (``base_mib``).
+    """
     af = profile.runtime.auto_fraction
-    total = profile.hardware.memory_gib
+    total_mib = profile.hardware.memory_gib * 1024
     chunk = config.chunked_prefill_size or profile.runtime.default_chunked_prefill
-    graph_tokens = 0 if config.disable_cuda_graph else max_bs_of(profile, config)
-    graph_tokens *= graph_tokens_per_bs(config)
+    max_bs = config.cuda_graph_max_bs or profile.runtime.default_cuda_graph_max_bs
     reserved_mib = (
         af.base_mib
         + max(chunk, 2048) * af.per_chunk_token_mib
+        + max_bs * af.per_graph_bs_mib
         + config.tp_size / 8 * af.per_tp_mib
-        + graph_tokens * af.per_graph_token_mib
-        + (af.speculative_mib if config.speculative else 0.0)
     )
-    reserved_gib = reserved_mib / 1024
-    if total > 60:
-        reserved_gib = max(reserved_gib, af.floor_gib)
-    return round((total - reserved_gib) / total, 4)
+    if total_mib > 60 * 1024:
+        reserved_mib = max(reserved_mib, af.floor_gib * 1024)
+    if config.speculative:
+        reserved_mib += af.speculative_mib
+    return round((total_mib - reserved_mib) / total_mib, 3)
 
 
 def plan_memory(profile: Profile, config: ServerConfig) -> MemoryVerdict:
@@ -94,7 +104,7 @@ def plan_memory(profile: Profile, config: ServerConfig) -> MemoryVerdict:
     rt = profile.runtime
     total = hw.memory_gib
     tp = max(1, config.tp_size)
-    mode = hw.allreduce.get(config.allreduce) if tp > 1 else None
+    mode = hw.effective_allreduce(config.allreduce)[1] if tp > 1 else None
     context = hw.context_gib + (mode.extra_memory_gib if mode is not None else 0.0)
     target = profile.model.weights_gib / tp + profile.model.replicated_gib
     draft = profile.draft(config.speculative_algorithm) if config.speculative else None
@@ -107,7 +117,7 @@ def plan_memory(profile: Profile, config: ServerConfig) -> MemoryVerdict:
     )
     static = total * fraction
     kv_pool = static - context - target - draft_w
-    kv_per_token = profile.model.kv_bytes_per_token / (tp if profile.model.kv_sharded else 1)
+    kv_per_token = profile.model.kv_bytes_per_gpu(tp)
     if draft is not None:
         kv_per_token += draft.kv_bytes_per_token
     kv_tokens = max(0, int(kv_pool * _GIB // kv_per_token)) if kv_pool > 0 else 0

@@ -49,6 +49,15 @@ class AllReduceMode:
     extra_memory_gib: float = 0.0
     failure: str | None = None
     failure_with_graphs: str | None = None
+    #: The mode the engine silently uses instead on this hardware (SGLang switches custom
+    #: all-reduce off on more than two PCIe-only GPUs, skips FlashInfer fusion below SM90), and
+    #: why; such a mode has no protocols of its own.
+    falls_back_to: str | None = None
+    why: str | None = None
+
+
+#: Tensor throughputs a profile may give beside bf16, by the dtype of a model's weights.
+COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,30 @@ class Hardware:
     interconnect: str
     context_gib: float
     allreduce: Mapping[str, AllReduceMode]
-    default_allreduce: str = "custom"
+    #: Dense tensor throughput at FP8 and FP4 (TFLOP/s, datasheet); None: not supported.
+    fp8_tflops: float | None = None
+    fp4_tflops: float | None = None
+    #: How gradually a forward pass turns from memory-bound to compute-bound: the pass takes
+    #: ``(memory**p + compute**p) ** (1/p)``. Fitted to one H200 (measured 2026-12-01, profile
+    #: ``h200-llama-3.1-8b``): the linears of Llama-3.1-8B cost 1.46x their one-token time at
+    #: 128 tokens, where the sharp corner ``max(memory, compute)`` (p = infinity) gives 1.0x;
+    #: p = 2 keeps every measured token count from 1 to 4,096 within 15%, for the target's
+    #: linears and for an EAGLE-3 draft step alike.
+    roofline_sharpness: float = 2.0
+
+    def tflops(self, dtype: str) -> float:
+        """Achieved dense tensor throughput for weights of ``dtype`` (TFLOP/s)."""
+        peak = {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops, "fp4": self.fp4_tflops}[dtype]
+        return (peak or self.bf16_tflops) * self.compute_efficiency
+
+    def effective_allreduce(self, mode: str) -> tuple[str, AllReduceMode]:
+        """The mode that runs when ``mode`` is asked for, after any fallbacks, and its data."""
+        seen = [mode]
+        data = self.allreduce[mode]
+        while data.falls_back_to is not None and data.falls_back_to not in seen:
+            seen.append(data.falls_back_to)
+            data = self.allreduce[data.falls_back_to]
+        return seen[-1], data
 
 
 @dataclass(frozen=True)
@@ -96,6 +128,19 @@ class Model:
     moe: MoE | None = None
     #: Weights every rank holds in full on top of its shard (GiB per GPU).
     replicated_gib: float = 0.0
+    #: Key-value heads of grouped-query attention. With more tensor-parallel ranks than heads,
+    #: each rank holds one whole head (replicated over ``tp / kv_heads`` ranks), so the KV cache
+    #: per GPU stops shrinking at ``tp = kv_heads``. None: heads split evenly at any tp.
+    kv_heads: int | None = None
+    #: Dtype of the weights' matrix products: picks the hardware's tensor throughput.
+    compute_dtype: str = "bf16"
+
+    def kv_bytes_per_gpu(self, tp: int) -> float:
+        """KV-cache bytes per token on one GPU at tensor parallelism ``tp``."""
+        if not self.kv_sharded:
+            return float(self.kv_bytes_per_token)
+        shards = max(1, tp) if self.kv_heads is None else min(max(1, tp), self.kv_heads)
+        return self.kv_bytes_per_token / shards
 
 
 @dataclass(frozen=True)
@@ -131,7 +176,8 @@ class AutoFraction:
     base_mib: float
     per_chunk_token_mib: float
     per_tp_mib: float
-    per_graph_token_mib: float
+    #: Reserve per request of the decode graphs' largest batch (SGLang: 2 MiB x max batch).
+    per_graph_bs_mib: float
     speculative_mib: float
     floor_gib: float
 
@@ -345,6 +391,7 @@ class _Reader:
             raw.get("model"),
             "model",
             moe=lambda v, w: None if v is None else self.build(MoE, v, w),
+            compute_dtype=lambda v, w: self.dtype(v, w, hardware),
         )
         runtime = self.build(
             Runtime,
@@ -369,6 +416,21 @@ class _Reader:
             default_workload_name=str(default),
             notes=tuple(str(n) for n in notes),
         )
+
+    def dtype(self, value: Any, where: str, hardware: Hardware) -> str:
+        if value not in COMPUTE_DTYPES:
+            raise self.fail(
+                where,
+                f"unknown compute dtype {value!r}",
+                hint="one of " + ", ".join(COMPUTE_DTYPES),
+            )
+        if value != "bf16" and getattr(hardware, f"{value}_tflops") is None:
+            raise self.fail(
+                where,
+                f"the hardware gives no {value} throughput",
+                hint=f"set hardware.{value}_tflops (datasheet, dense) or use bf16",
+            )
+        return str(value)
 
     def capability(self, value: Any, where: str) -> tuple[int, int]:
         if (
@@ -400,4 +462,56 @@ class _Reader:
                     self.build(Protocol, p, f"{w}[{i}]") for i, p in enumerate(v or [])
                 ),
             )
+        missing = [m for m in ALLREDUCE_MODES if m not in modes]
+        if missing:
+            raise self.fail(
+                where,
+                "missing all-reduce mode"
+                + ("s " if len(missing) > 1 else " ")
+                + ", ".join(repr(m) for m in missing),
+                hint="give every mode its protocols, or say what the engine uses instead, "
+                f"e.g. {missing[0]}: {{falls_back_to: nccl, why: ...}}",
+            )
+        for mode, data in modes.items():
+            self.check_mode(mode, data, modes, f"{where}.{mode}")
         return modes
+
+    def check_mode(
+        self, mode: str, data: AllReduceMode, modes: Mapping[str, AllReduceMode], where: str
+    ) -> None:
+        target = data.falls_back_to
+        if target is None:
+            if not data.protocols:
+                raise self.fail(
+                    where,
+                    "an all-reduce mode needs protocols (its cost) or falls_back_to",
+                    hint="e.g. protocols: [{alpha_us: 20.0, us_per_kib: 0.05}]",
+                )
+            if data.why is not None:
+                raise self.fail(f"{where}.why", "why is the reason of a falls_back_to")
+            return
+        if target not in modes or target == mode:
+            raise self.fail(
+                f"{where}.falls_back_to",
+                f"{mode!r} cannot fall back to {target!r}",
+                hint="name another mode of this profile: "
+                + ", ".join(m for m in modes if m != mode),
+            )
+        if modes[target].falls_back_to is not None:
+            raise self.fail(
+                f"{where}.falls_back_to",
+                f"{target!r} falls back itself; name the mode that runs",
+                hint=f"falls_back_to: {modes[target].falls_back_to}",
+            )
+        if data.protocols:
+            raise self.fail(
+                f"{where}.protocols", "a mode that falls back costs what its fallback costs"
+            )
+        if data.failure or data.failure_with_graphs or data.extra_memory_gib:
+            raise self.fail(
+                f"{where}.falls_back_to",
+                "a mode that falls back neither fails nor takes memory of its own",
+                hint="keep falls_back_to and why, or drop them",
+            )
+        if not data.why:
+            raise self.fail(f"{where}.why", "say why the engine falls back (a source or reason)")

@@ -138,6 +138,13 @@ class StartupPlanner:
             )
             lines.extend([warn] * min(8, config.tp_size + 1))
         lines.append("Init torch distributed begin.")
+        if config.tp_size > 1 and config.allreduce in p.hardware.allreduce:
+            asked = p.hardware.allreduce[config.allreduce]
+            if asked.falls_back_to is not None:
+                lines.append(
+                    f"{config.allreduce} all-reduce is not used on this machine ({asked.why}); "
+                    f"falling back to {asked.falls_back_to}."
+                )
         lines.append(f"Init torch distributed ends. mem usage={p.hardware.context_gib:.2f} GB")
         return StartupPhase("init", p.startup.init_s, tuple(lines))
 

@@ -6,17 +6,23 @@ cache in total costs, per GPU (all GPUs work in lock-step under tensor paralleli
 * memory: the dense weights, the routed experts the batch touches (distinct experts grow with
   the token count and saturate at all experts: the MoE term), and the KV cache read by attention,
   at the achieved memory bandwidth;
-* compute: 2 x active parameters per token, at the achieved tensor throughput;
-  the pass takes the larger of the two (roofline);
+* compute: 2 x active parameters per token, at the achieved tensor throughput of the weights'
+  dtype (GFLOP over TFLOP/s is milliseconds);
+* the two combine as a soft roofline, ``(memory**p + compute**p) ** (1/p)`` with the hardware's
+  ``roofline_sharpness`` p: a real GPU turns compute-bound gradually (one H200 measured 1.46x the
+  one-token time at 128 tokens, where both parts are still below it), not at the corner of
+  ``max(memory, compute)``;
 * communication: ``allreduces_per_layer x layers`` all-reduces of ``tokens x hidden`` bf16 values,
   each costing the fastest applicable protocol's ``alpha + size x per-KiB cost`` of the mode
   (message-size dependent, as NCCL switches protocols);
 * overhead: scheduling and sampling, plus kernel-launch cost when CUDA graphs are not used.
 
-A speculative cycle is ``steps`` draft forwards (the first over ``batch`` tokens, the others over
-``batch x topk``), a verify forward over ``batch x num_draft_tokens`` tokens, a draft-extend
-forward over the accepted tokens, tree bookkeeping per verified token, and the CPU work of a
-cycle. Every term is a function of the profile's data, nothing is tabulated.
+A draft forward is the same soft roofline over the head's weights (``step_gib``, read once per
+forward) and its compute (2 flops per weight per token), so drafting for a wide batch costs more
+than for one request. A speculative cycle is ``steps`` draft forwards (the first over ``batch``
+tokens, the others over ``batch x topk``), a verify forward over ``batch x num_draft_tokens``
+tokens, a draft-extend forward over the accepted tokens, tree bookkeeping per verified token,
+and the CPU work of a cycle. Every term is a function of the profile's data, nothing is tabulated.
 """
 
 from __future__ import annotations
@@ -38,9 +44,30 @@ class ForwardCost:
     comm_ms: float
     overhead_ms: float
 
+    sharpness: float = 2.0
+
+    @property
+    def kernel_ms(self) -> float:
+        """The matrix products and memory reads: memory and compute as a soft roofline."""
+        return soft_roofline(self.memory_ms, self.compute_ms, self.sharpness)
+
     @property
     def total_ms(self) -> float:
-        return max(self.memory_ms, self.compute_ms) + self.comm_ms + self.overhead_ms
+        return self.kernel_ms + self.comm_ms + self.overhead_ms
+
+
+def soft_roofline(memory_ms: float, compute_ms: float, sharpness: float) -> float:
+    """``(memory**p + compute**p) ** (1/p)``: the larger part, plus a share of the smaller one
+    that vanishes as their ratio grows (p = ``sharpness``)."""
+    top = max(memory_ms, compute_ms)
+    if top <= 0.0:
+        return 0.0
+    low = min(memory_ms, compute_ms)
+    return float(top * (1.0 + (low / top) ** sharpness) ** (1.0 / sharpness))
+
+
+#: FLOPs per weight per token of a matrix product (one multiply, one add), per GiB of bf16.
+_GFLOP_PER_BF16_GIB = 2.0 * _GIB / 2 / 1e9
 
 
 class StepTimer:
@@ -52,14 +79,18 @@ class StepTimer:
         hw = profile.hardware
         self.tp = max(1, config.tp_size)
         self.bw_gib_ms = hw.mem_bw_tbs * hw.mem_efficiency * 1e12 / _GIB / 1e3  # GiB per ms
-        self.tflops = hw.bf16_tflops * hw.compute_efficiency
-        mode_name = config.allreduce
-        self.mode: AllReduceMode | None = hw.allreduce.get(mode_name)
+        self.tflops = hw.tflops(profile.model.compute_dtype)
+        self.draft_tflops = hw.tflops("bf16")
+        self.sharpness = hw.roofline_sharpness
+        known = config.allreduce in hw.allreduce
+        self.mode: AllReduceMode | None = (
+            hw.effective_allreduce(config.allreduce)[1] if known else None
+        )
         self.draft: Draft | None = (
             profile.draft(config.speculative_algorithm) if config.speculative else None
         )
         model = profile.model
-        self.kv_bytes = model.kv_bytes_per_token / (self.tp if model.kv_sharded else 1)
+        self.kv_bytes = model.kv_bytes_per_gpu(self.tp)
         self.n_allreduce = model.allreduces_per_layer * model.layers
 
     # --- building blocks -------------------------------------------------------------------
@@ -96,20 +127,22 @@ class StepTimer:
         weights_gib = model.dense_gib / self.tp + model.replicated_gib + self.expert_gib(tokens)
         kv_gib = context * self.kv_bytes / _GIB
         memory_ms = (weights_gib + kv_gib) / self.bw_gib_ms
-        compute_ms = tokens * model.flops_per_token_g / self.tp / (self.tflops * 1e3)
+        compute_ms = tokens * model.flops_per_token_g / self.tp / self.tflops
         comm_ms = self.n_allreduce * self.allreduce_ms(tokens)
         overhead = rt.step_overhead_ms + (0.0 if graph else rt.eager_overhead_ms)
-        return ForwardCost(memory_ms, compute_ms, comm_ms, overhead)
+        return ForwardCost(memory_ms, compute_ms, comm_ms, overhead, self.sharpness)
 
     def draft_forward_ms(self, tokens: float, *, graph: bool, branches: int = 1) -> float:
         draft = self.draft
         if draft is None:
             return 0.0
         memory_ms = draft.step_gib / self.bw_gib_ms
+        compute_ms = tokens * draft.step_gib * _GFLOP_PER_BF16_GIB / self.draft_tflops
+        kernel_ms = soft_roofline(memory_ms, compute_ms, self.sharpness)
         comm_ms = draft.collectives_per_step * self.allreduce_ms(tokens)
         eager = 0.0 if graph else self.profile.runtime.eager_overhead_ms * 0.1
         overhead = draft.step_overhead_ms + draft.branch_overhead_ms * (branches - 1)
-        return memory_ms + comm_ms + overhead + eager
+        return kernel_ms + comm_ms + overhead + eager
 
     # --- steps -----------------------------------------------------------------------------
     def decode_ms(self, batch: int, context: float, *, graph: bool) -> float:
@@ -142,7 +175,8 @@ class StepTimer:
         # attention over the chunk itself and its prefix: 4 * layers * hidden flops per pair
         attn_flops = 4.0 * model.layers * model.hidden * tokens * (context + tokens / 2.0)
         attn_ms = attn_flops / self.tp / (self.tflops * 1e12) * 1e3
-        total = max(cost.memory_ms, cost.compute_ms + attn_ms) + cost.comm_ms + cost.overhead_ms
+        kernel_ms = soft_roofline(cost.memory_ms, cost.compute_ms + attn_ms, self.sharpness)
+        total = kernel_ms + cost.comm_ms + cost.overhead_ms
         if self.draft is not None:
             total += self.draft_forward_ms(tokens, graph=False)
         return total
