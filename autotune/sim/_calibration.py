@@ -18,6 +18,7 @@ from autotune.sim._profile import load_profile
 
 SEED = "rtxpro6000x8-kimi-k2.5"
 H100 = "h100-llama-3.1-8b"
+QWEN3 = "h100x8-qwen3-235b-a22b"
 _NCCL: dict[str, Any] = {"tp_size": 8, "allreduce": "nccl"}
 _SEED_EAGLE: dict[str, Any] = {
     **_NCCL,
@@ -187,7 +188,40 @@ class Calibration:
                 "H200 measured: 4,096 tokens a forward cost 21x one token",
             )
         )
+        qwen = SimModel(load_profile(QWEN3))
+        steps = [self.best_chain(qwen, wl, n) for wl, n in (("chat-c1", 1), ("chat-c64", 64))]
+        out.append(
+            Check(
+                "11. MoE (Qwen3-235B) best chain, concurrency 1 / 64",
+                "fewer steps at 64",
+                f"{steps[0]} / {steps[1]} steps",
+                steps[1] < steps[0],
+                "SGLang PR #22246: best 4 steps at batch 1, 2 at batch 64",
+            )
+        )
+        out.append(
+            Check(
+                "12. SGLang PR #21599 (461; 621 / 955 / 999 tok/s)",
+                "not reconstructed",
+                "setup not stated",
+                True,
+                "the PR gives no GPU, model, head or load for these figures",
+            )
+        )
         return out
+
+    def best_chain(self, model: SimModel, workload: str, running: int) -> int:
+        """The EAGLE-3 chain (top-k 1, steps 1-6) with the most tok/s at ``running`` requests."""
+        params: dict[str, Any] = {
+            "tp_size": model.profile.hardware.gpu_count,
+            "max_running_requests": running,
+            "cuda_graph_max_bs": running,
+        }
+        speeds = {
+            steps: self._spec(model, "EAGLE3", steps, 1, steps + 1, workload, **params)
+            for steps in range(1, 7)
+        }
+        return max(speeds, key=speeds.__getitem__)
 
     def best_tree(
         self, model: SimModel, workload: str, **params: Any

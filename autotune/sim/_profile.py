@@ -109,6 +109,10 @@ class MoE:
     #: Locality of routing: consecutive tokens of one request share experts. Effective token count
     #: for distinct-expert reads is tokens ** routing_locality (1.0 = independent routing).
     routing_locality: float = 1.0
+    #: Rows of the fused-MoE kernel's token block: an expert's weights are read once per block
+    #: of the tokens routed to it, so past this many tokens per expert the reads grow with the
+    #: tokens (None: once per expert whatever its load).
+    block_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -117,8 +117,16 @@ class StepTimer:
             return 0.0
         eff_tokens = tokens**moe.routing_locality
         frac = moe.experts_per_token / moe.routed_experts
-        distinct = moe.routed_experts * (1.0 - (1.0 - frac) ** eff_tokens) + moe.shared_experts
-        return float(distinct * moe.expert_gib * moe.moe_layers / self.tp)
+        distinct = moe.routed_experts * (1.0 - (1.0 - frac) ** eff_tokens)
+        reads = distinct
+        if moe.block_tokens is not None and distinct > 0:
+            # each block of an expert's tokens streams the expert's weights again
+            per_expert = tokens * moe.experts_per_token / distinct
+            reads = distinct * max(1.0, per_expert / moe.block_tokens)
+            reads += moe.shared_experts * max(1.0, tokens / moe.block_tokens)
+        else:
+            reads += moe.shared_experts
+        return float(reads * moe.expert_gib * moe.moe_layers / self.tp)
 
     def forward(self, tokens: float, context: float, *, graph: bool) -> ForwardCost:
         """Target-model forward over ``tokens`` tokens attending to ``context`` cached tokens."""
