@@ -112,8 +112,20 @@ def _summary(profile: str, workload: str, params: dict[str, Any], d: dict[str, A
         f"status: ok, start-up {_fmt(d['startup_s'], ' s', 1)}",
         f"output throughput: {_fmt(d['output_tok_s'], ' tok/s')}",
         f"accept length: {_fmt(d['accept_length'])}, accept rate: {_fmt(d['accept_rate'])}",
-        f"TTFT p99: {_fmt(d['ttft_p99_ms'], ' ms', 1)}, ITL p99: {_fmt(d['itl_p99_ms'], ' ms', 1)}",
+        "latency (ms)" + "".join(f"{stat:>9}" for stat in _LATENCY_STATS),
+        *(_latency_row(label, family, d) for label, family in _LATENCY_ROWS),
         f"KV pool: {_fmt(d['kv_tokens'])} tokens, max running requests: "
         f"{_fmt(d['max_running_requests'])}, mean running: {_fmt(d['mean_running'], '', 1)}",
     ]
     return "\n".join(lines)
+
+
+#: The latency rows of the summary: label and figure family (``<family>_<stat>_ms``), as the
+#: benchmark client reports them.
+_LATENCY_ROWS = (("TTFT", "ttft"), ("ITL", "itl"), ("TPOT", "tpot"), ("E2E", "e2e"))
+_LATENCY_STATS = ("mean", "median", "p90", "p99")
+
+
+def _latency_row(label: str, family: str, d: dict[str, Any]) -> str:
+    cells = (d.get(f"{family}_{stat}_ms") for stat in _LATENCY_STATS)
+    return f"  {label:<10}" + "".join(f"{_fmt(v, '', 2):>9}" for v in cells)

@@ -3,8 +3,8 @@
 It takes SGLang's command line (see :mod:`autotune.sim._args`) plus ``--sim-*`` options, applies
 SGLang's argument rules, prints SGLang's start-up log with the modelled durations (scaled by
 ``--sim-time-scale``), dies the way SGLang dies when the model says the configuration crashes, and
-otherwise serves SGLang's HTTP endpoints with tokens paced at the modelled speed until SIGTERM or
-SIGINT, after which it exits with code 0.
+otherwise serves SGLang's HTTP endpoints with tokens paced at the modelled speed (or ``K`` times
+slower with ``--sim-serve-scale K``) until SIGTERM or SIGINT, after which it exits with code 0.
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ class SimProcess:
             num_draft_tokens=self.resolution.num_draft_tokens,
             faults=sim.faults,
             on_fatal=self._die,
+            serve_scale=sim.serve_scale,
         )
         info = self._info(seed, graph_max_bs=engine.max_bs)
         server = SimServer(info, runtime, faults=sim.faults, log=self.log)

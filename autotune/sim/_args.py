@@ -44,6 +44,8 @@ class SimSettings:
     dialect: str = "0.5.23"
     time_scale: float = 1.0
     noise: float = 0.0
+    #: Serving runs this many times slower than the model (``--sim-serve-scale``).
+    serve_scale: float = 1.0
     seed: int | None = None
     faults: FaultPlan = field(default_factory=FaultPlan)
 
@@ -94,6 +96,7 @@ def parse_launch_args(argv: Sequence[str], *, prog: str | None = None) -> Launch
         dialect=values.pop("sim_dialect"),
         time_scale=values.pop("sim_time_scale"),
         noise=values.pop("sim_noise"),
+        serve_scale=values.pop("sim_serve_scale"),
         seed=values.pop("sim_seed"),
         faults=FaultPlan.parse(values.pop("sim_fault")),
     )

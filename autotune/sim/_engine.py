@@ -11,7 +11,9 @@ largest captured CUDA graph run eagerly.
 
 ``step()`` advances one step (the real-time server paces these); ``step(max_cycles=k)`` may
 advance up to ``k`` identical decode steps at once when nothing else can happen in between
-(the virtual-time evaluation uses this; the arithmetic is the same).
+(the virtual-time evaluation uses this; the arithmetic is the same). Such a step's result still
+says how long each cycle took (:class:`~autotune.sim._types.CycleTimes`) and how many tokens
+each request gained in each (``TokenEvent.cycle_tokens``), as the steps one at a time would.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from autotune.sim._acceptance import AcceptanceModel, DraftTree
 from autotune.sim._timing import StepTimer
-from autotune.sim._types import SimRequest, StepResult, TokenEvent
+from autotune.sim._types import CycleTimes, SimRequest, StepResult, TokenEvent
 
 
 @dataclass
@@ -263,12 +265,13 @@ class ServingEngine:
         return model, tree
 
     def _cycles_until_finish(self) -> int:
+        """Decode steps (at zero noise) until the first running request reaches its budget."""
         best = None
         for req in self.running:
             remaining = req.max_new - req.generated
             pair = self._tree(req)
-            per_cycle = 1.0 if pair is None else pair[1].expected_accept_length
-            k = max(1, math.ceil((remaining - 0.5) / per_cycle))
+            rate = 0.0 if pair is None else pair[1].expected_accept_length - 1.0
+            k = _cycles_to_gain(remaining, req.frac if pair is not None else 0.0, rate)
             best = k if best is None else min(best, k)
         return best or 1
 
@@ -278,16 +281,18 @@ class ServingEngine:
         context = float(sum(req.kv for req in self.running))
         events: list[TokenEvent] = []
         gained_total = 0
-        per_req: list[tuple[_Req, int, int]] = []  # req, new tokens, accepted drafts
+        per_req: list[tuple[_Req, int, int, tuple[int, ...]]] = []  # req, tokens, drafts, split
         expected_gain = 0.0
         for req in self.running:
             pair = self._tree(req)
             remaining = req.max_new - req.generated
+            carry, rate = 0.0, 0.0  # accepted-draft fraction carried in, drafts per cycle
             if pair is None:
                 gain, accepted = min(cycles, remaining), 0
                 expected_gain += 1.0
             elif self.noise.level <= 0:
                 e_acc = pair[1].expected_accept_length - 1.0
+                carry, rate = req.frac, e_acc
                 total = req.frac + cycles * e_acc
                 accepted = math.floor(total)
                 req.frac = total - accepted
@@ -299,11 +304,15 @@ class ServingEngine:
                 gain = min(remaining, 1 + accepted)
                 accepted = max(0, gain - 1)
                 expected_gain += 1.0 + pair[1].expected_accept_length - 1.0
-            per_req.append((req, gain, accepted))
+            split = cycle_tokens(cycles, gain, carry, rate) if cycles > 1 else ()
+            per_req.append((req, gain, accepted, split))
             gained_total += gain
         duration = self._duration(batch, context, expected_gain, cycles, graph)
         duration *= self.noise.factor(duration)
-        for req, gain, accepted in per_req:
+        times = None
+        if cycles > 1:
+            times = self._cycle_times(batch, context, expected_gain, cycles, graph)
+        for req, gain, accepted, split in per_req:
             req.generated += gain
             verify = cycles if self.config.speculative else 0
             req.verify_ct += verify
@@ -311,16 +320,16 @@ class ServingEngine:
             self.stats.verify_ct_total += verify
             self.stats.accepted_drafts_total += accepted
             finished = req.generated >= req.max_new
-            events.append(
-                TokenEvent(req.rid, gain, finished, verify=verify, accepted_drafts=accepted)
-            )
+            event = TokenEvent(req.rid, gain, finished, verify=verify, accepted_drafts=accepted)
+            event.cycle_tokens = split
+            events.append(event)
             if finished:
                 self._finish(req)
         self.stats.generation_tokens_total += gained_total
         if duration > 0:
             self.stats.last_gen_throughput = gained_total / duration
         self._refresh()
-        return StepResult(duration, "decode", events, *self._counts(batch))
+        return StepResult(duration, "decode", events, *self._counts(batch), cycle_times=times)
 
     def _duration(self, batch: int, context: float, gain: float, cycles: int, graph: bool) -> float:
         """Seconds for ``cycles`` steps; the context grows by ``gain`` tokens per step.
@@ -329,16 +338,24 @@ class ServingEngine:
         attention, compute does not): flat while compute-bound, then linear. The sum over the
         steps is taken exactly in closed form: the flat part, then an arithmetic series.
         """
+        if cycles <= 3:
+            return (
+                sum(self._one_ms(batch, context + gain * i, gain, graph) for i in range(cycles))
+                / 1000.0
+            )
+        return self._cycle_times(batch, context, gain, cycles, graph).total_s
+
+    def _cycle_times(
+        self, batch: int, context: float, gain: float, cycles: int, graph: bool
+    ) -> CycleTimes:
+        """The duration of each of ``cycles`` steps (see :meth:`_duration`)."""
 
         def f(i: float) -> float:
             return self._one_ms(batch, context + gain * i, gain, graph)
 
-        if cycles <= 3:
-            return sum(f(i) for i in range(cycles)) / 1000.0
-        last = cycles - 1
-        first, final = f(0), f(last)
-        if abs(f(last / 2) - (first + final) / 2) <= 1e-9 * max(1.0, final):
-            return cycles * (first + final) / 2 / 1000.0
+        last, first = cycles - 1, f(0)
+        if f(last) <= first + 1e-12:
+            return CycleTimes(cycles, cycles, first / 1000.0)
         lo, hi = 0, last  # f(lo) is on the flat part, f(hi) above it
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -346,9 +363,7 @@ class ServingEngine:
                 lo = mid
             else:
                 hi = mid
-        flat = (lo + 1) * first
-        linear = (last - lo) * (f(lo + 1) + final) / 2
-        return (flat + linear) / 1000.0
+        return CycleTimes(cycles, lo + 1, first / 1000.0, f(lo + 1) / 1000.0, f(last) / 1000.0)
 
     def _one_ms(self, batch: int, context: float, gain: float, graph: bool) -> float:
         if self.config.speculative and self._acceptance is not None:
@@ -370,3 +385,31 @@ class ServingEngine:
         self.stats.used_tokens = sum(r.kv for r in self.running) + sum(
             r.prefilled for r in self.prefilling
         )
+
+
+def cycle_tokens(cycles: int, gain: int, carry: float, drafts_per_cycle: float) -> tuple[int, ...]:
+    """The tokens a request gains in each of ``cycles`` fast-forwarded decode steps, ``gain`` in
+    all: a bonus token each plus the accepted drafts as they accumulate from ``carry`` (the
+    fraction carried in) at ``drafts_per_cycle`` (0 without speculation); the last cycles give
+    fewer, or none, where the request reaches its output budget before the step ends."""
+    out: list[int] = []
+    before = 0
+    for j in range(1, cycles + 1):
+        upto = min(gain, j + math.floor(carry + j * drafts_per_cycle))
+        out.append(upto - before)
+        before = upto
+    return tuple(out)
+
+
+def _cycles_to_gain(tokens: int, carry: float, drafts_per_cycle: float) -> int:
+    """The fewest decode steps that give ``tokens`` (the arithmetic of :func:`cycle_tokens`)."""
+
+    def gained(j: int) -> int:
+        return j + math.floor(carry + j * drafts_per_cycle)
+
+    k = max(1, math.ceil((tokens - carry) / (1.0 + drafts_per_cycle)))
+    while k > 1 and gained(k - 1) >= tokens:
+        k -= 1
+    while gained(k) < tokens:
+        k += 1
+    return k

@@ -8,11 +8,9 @@ engine the simulated server paces in real time), and what a benchmark of a workl
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 
 from autotune._knobs import ServerConfig
-from autotune._stats import percentile
 from autotune._workload import WorkloadSpec
 from autotune.sim._acceptance import AcceptanceModel
 from autotune.sim._engine import ServingEngine
@@ -20,7 +18,8 @@ from autotune.sim._memory import max_bs_of
 from autotune.sim._profile import Profile, load_profile
 from autotune.sim._startup import StartupPlanner
 from autotune.sim._timing import StepTimer
-from autotune.sim._types import Crash, SimRequest, StartupPlan, Verdict
+from autotune.sim._types import Crash, StartupPlan, Verdict
+from autotune.sim._virtual import VirtualRun
 
 
 class SimModel:
@@ -153,7 +152,9 @@ class SimModel:
 
         The workload runs in virtual time against a closed-loop client (``concurrency``
         requests in flight, or Poisson arrivals at ``request_rate``), from the first send to
-        the last completion, with the workload's own request lengths.
+        the last completion, with the workload's own request lengths; its latency figures are
+        those the benchmark client would compute from the chunks streamed every cycle
+        (:mod:`autotune.sim._virtual`).
         """
         workload = workload or self.profile.default_workload
         plan = self.plan_startup(config, env=env)
@@ -173,141 +174,4 @@ class SimModel:
         scale = self.profile.acceptance_scale.get(workload.name)
         config = self.resolve(config)
         engine = self.new_engine(config, plan, acceptance_scale=scale)
-        return _VirtualRun(engine, workload, config).run(plan)
-
-
-class _VirtualRun:
-    """A closed-loop benchmark client against the engine, in virtual time."""
-
-    def __init__(self, engine: ServingEngine, workload: WorkloadSpec, config: ServerConfig):
-        self.engine = engine
-        self.workload = workload
-        self.config = config
-
-    def run(self, plan: StartupPlan) -> Verdict:
-        wl = self.workload
-        lengths = wl.sample_lengths()
-        engine = self.engine
-        rng = random.Random(f"{wl.seed}:arrivals")
-        now = 0.0
-        pending = list(enumerate(lengths))
-        pending.reverse()
-        next_arrival = 0.0
-        in_flight: dict[str, int] = {}
-        start: dict[int, float] = {}
-        first: dict[int, float] = {}
-        last_event: dict[int, float] = {}
-        finish: dict[int, float] = {}
-        itl: list[float] = []
-        verify_ct = 0
-        completion = 0
-        proposed = 0
-        accepted_total = 0
-        busy_time = 0.0
-        running_area = 0.0
-        n_draft = self.config.speculative_num_draft_tokens or 0
-
-        def send(index: int, at: float) -> None:
-            prompt, out = lengths[index]
-            rid = f"r{index}"
-            in_flight[rid] = index
-            start[index] = at
-            engine.submit(SimRequest(rid, prompt, out, wl.temperature))
-
-        def top_up(at: float) -> None:
-            nonlocal next_arrival
-            if wl.request_rate is None:
-                while pending and len(in_flight) < wl.concurrency:
-                    send(pending.pop()[0], at)
-                return
-            while pending and next_arrival <= at + 1e-12 and len(in_flight) < wl.concurrency:
-                send(pending.pop()[0], max(at, next_arrival))
-                next_arrival += rng.expovariate(wl.request_rate)
-
-        top_up(now)
-        guard = 0
-        while in_flight or pending:
-            guard += 1
-            if guard > 10_000_000:
-                break
-            if not engine.has_work():
-                if not pending:
-                    break
-                now = max(now, next_arrival)
-                top_up(now)
-                if not engine.has_work():
-                    break
-                continue
-            max_cycles = 1_000_000
-            if wl.request_rate is not None and pending:
-                max_cycles = 1  # arrivals may come between steps
-            result = engine.step(max_cycles=max_cycles)
-            if result.kind == "idle":
-                if wl.request_rate is not None and pending:
-                    now = max(now, next_arrival)
-                    top_up(now)
-                    continue
-                break
-            now += result.duration_s
-            busy_time += result.duration_s
-            running_area += result.running * result.duration_s
-            for ev in result.events:
-                index = in_flight.get(ev.rid)
-                if index is None:
-                    continue
-                if index not in first:
-                    first[index] = now
-                elif ev.new_tokens > 0:
-                    itl.append(now - last_event[index])
-                last_event[index] = now
-                completion += ev.new_tokens
-                verify_ct += ev.verify
-                accepted_total += ev.accepted_drafts
-                proposed += ev.verify * max(0, n_draft - 1)
-                if ev.finished:
-                    finish[index] = now
-                    del in_flight[ev.rid]
-            top_up(now)
-        done = sorted(finish)
-        if not done:
-            return Verdict(
-                status="ok",
-                output_tok_s=0.0,
-                accept_length=None,
-                accept_rate=None,
-                startup_s=plan.duration_s,
-                benchmark_s=0.0,
-                failure_line=None,
-                kv_tokens=None if plan.memory is None else plan.memory.kv_tokens,
-                max_running_requests=plan.max_running_requests,
-                mean_running=0.0,
-            )
-        t0 = min(start[i] for i in done)
-        t1 = max(finish[i] for i in done)
-        duration = max(1e-9, t1 - t0)
-        out_tokens = sum(lengths[i][1] for i in done)
-        in_tokens = sum(lengths[i][0] for i in done)
-        ttfts = sorted(first[i] - start[i] for i in done)
-        accept_length = completion / verify_ct if verify_ct else None
-        accept_rate = accepted_total / proposed if proposed else None
-        return Verdict(
-            status="ok",
-            output_tok_s=out_tokens / duration,
-            accept_length=accept_length,
-            accept_rate=accept_rate,
-            startup_s=plan.duration_s,
-            benchmark_s=duration,
-            failure_line=None,
-            kv_tokens=None if plan.memory is None else plan.memory.kv_tokens,
-            max_running_requests=plan.max_running_requests,
-            mean_running=running_area / busy_time if busy_time > 0 else 0.0,
-            ttft_p99_ms=percentile(ttfts, 99) * 1000.0,
-            itl_p99_ms=percentile(itl, 99) * 1000.0 if itl else None,
-            total_tok_s=(out_tokens + in_tokens) / duration,
-            request_throughput=len(done) / duration,
-            details={
-                "completed": float(len(done)),
-                "kv_pool_gib": plan.memory.kv_pool_gib if plan.memory else 0.0,
-                "mem_fraction_static": plan.memory.mem_fraction_static if plan.memory else 0.0,
-            },
-        )
+        return VirtualRun(engine, workload, config).run(plan)

@@ -65,6 +65,16 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _at_least_one(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 1.0 <= value < float("inf"):  # NaN too
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
+    return value
+
+
 def _fault(text: str) -> str:
     try:
         parse_fault(text)
@@ -146,6 +156,11 @@ def build_parser(dialect: str, prog: str | None = None) -> argparse.ArgumentPars
     opt("--sim-dialect", choices=DIALECTS, default="0.5.23", help="SGLang release to imitate")
     opt("--sim-time-scale", type=_non_negative, default=1.0, help="start-up duration multiplier")
     opt("--sim-noise", type=_non_negative, default=0.0, help="step-time noise (0: none)")
+    opt("--sim-serve-scale", type=_at_least_one, default=1.0, metavar="K",
+        help="serve K times slower than the model (K >= 1): every step takes K times its "
+        "modelled duration, so a client's latencies divided by K (throughput multiplied by K) "
+        "are the model's, with the host's timing jitter K times smaller next to them; the "
+        "server's log lines and /metrics report the model's time")  # fmt: skip
     opt("--sim-seed", type=int, help="seed of the noise and of the output words")
     opt("--sim-fault", type=_fault, action="append", default=[], metavar="FAULT",
         help="hang_startup, slow_start:X, crash_mid_benchmark:N, stall_stream:N, "

@@ -8,7 +8,14 @@ loop that fell behind catches up is decided by :mod:`autotune.sim._admission`: a
 the end of the previous one (or at the arrival that ended an idle spell); requests that arrive
 shortly after that boundary, such as a closed-loop client's replacements for the requests that
 just finished, still join it; late steps are delivered at once until the loop is back on
-schedule. Serving is never time-scaled: a step the model times at 31 ms takes 31 ms.
+schedule. A step the model times at 31 ms takes 31 ms, unless the server runs with
+``--sim-serve-scale K``: then every step takes ``K`` times its modelled duration (124 ms at
+``K = 4``), so that what a client measures, divided by ``K`` (throughputs multiplied by ``K``),
+is the model's, and the host's own timing (scheduling jitter of a few milliseconds on a busy
+machine, a client's time to read a chunk) weighs ``K`` times less next to it. The admission
+windows stay as they are: they wait for the client, whose timing does not scale. The server's
+own reports are in the model's time: the ``Decode batch`` line's throughput and the latency
+histograms of ``/metrics`` (wall-clock seconds divided by ``K``).
 
 Tokens reach a request's response every step, or as SGLang's ``--stream-interval`` (and a
 ``/generate`` request's ``sampling_params.stream_interval``) says. The loop also prints SGLang's
@@ -92,8 +99,11 @@ class ServingRuntime:
         faults: FaultPlan,
         on_fatal: Callable[[Sequence[str], int], None],
         admission: Admission | None = None,
+        serve_scale: float = 1.0,
     ) -> None:
         self.engine = engine
+        #: Wall-clock seconds per modelled second of serving (``--sim-serve-scale``).
+        self.serve_scale = max(1.0, serve_scale)
         self.log = log
         self.dialect = dialect
         self.decode_log_interval = max(1, decode_log_interval)
@@ -201,7 +211,8 @@ class ServingRuntime:
                     await asyncio.wait_for(self._wake.wait(), timeout=0.05)
                 begin = None
                 continue
-            deadline = self.admission.deadline(begin, result.duration_s, loop.time())
+            wall_s = result.duration_s * self.serve_scale
+            deadline = self.admission.deadline(begin, wall_s, loop.time())
             await asyncio.sleep(max(0.0, deadline - loop.time()))
             delivered_at = loop.time()
             crash = self._deliver(result)
@@ -231,6 +242,7 @@ class ServingRuntime:
 
     def _deliver(self, result: StepResult) -> bool:
         now = time.monotonic()
+        scale = self.serve_scale
         crash = False
         for ev in result.events:
             state = self._requests.get(ev.rid)
@@ -239,9 +251,9 @@ class ServingRuntime:
             if ev.new_tokens > 0:
                 if state.first_token_at is None or state.last_token_at is None:
                     state.first_token_at = now
-                    self.metrics.ttft.observe(now - state.created)
+                    self.metrics.ttft.observe((now - state.created) / scale)
                 else:
-                    gap = now - state.last_token_at
+                    gap = (now - state.last_token_at) / scale
                     self.metrics.itl.observe(gap / ev.new_tokens, ev.new_tokens)
                 state.last_token_at = now
             state.completion_tokens += ev.new_tokens
@@ -256,7 +268,7 @@ class ServingRuntime:
                 state.finished = True
                 state.done.set()
                 self._requests.pop(state.rid, None)
-                self.metrics.e2e.observe(now - state.created)
+                self.metrics.e2e.observe((now - state.created) / scale)
                 if state.counted:
                     self.completed += 1
                     crash = crash or self.faults.crashes_after(self.completed)
@@ -299,7 +311,7 @@ class ServingRuntime:
             token_usage=stats.token_usage,
             queued=result.queued,
             generated_tokens=w.generated,
-            elapsed_s=now - w.started,
+            elapsed_s=(now - w.started) / self.serve_scale,
             verify_ct=w.verify,
             accepted_tokens=w.accepted_tokens,
             accepted_drafts=w.accepted_drafts,

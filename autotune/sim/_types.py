@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 
@@ -93,16 +94,63 @@ class SimRequest:
 
 @dataclass
 class TokenEvent:
-    """Tokens a request gained in one engine step (one forward pass or one speculative cycle)."""
+    """Tokens a request gained in one engine step (one forward pass or one speculative cycle,
+    or several identical decode cycles when the engine fast-forwards)."""
 
     rid: str
     new_tokens: int
     finished: bool
-    #: 1 when this step was a speculative verify pass for the request, else 0.
+    #: Verify passes of this step for the request (one per speculative cycle), else 0.
     verify: int = 0
-    #: Draft tokens accepted in this verify pass (new_tokens - 1 when verify, bonus excluded).
+    #: Draft tokens accepted in this step (new_tokens - verify when verifying, bonuses excluded).
     accepted_drafts: int = 0
     prefill_tokens: int = 0
+    #: The tokens of each cycle, in order, when the step ran several cycles (a served step of
+    #: one cycle would have streamed each as one chunk); empty: all came in the one cycle.
+    cycle_tokens: tuple[int, ...] = ()
+
+    def tokens_by_cycle(self) -> tuple[int, ...]:
+        """The tokens this request gained in each cycle of the step."""
+        return self.cycle_tokens or (self.new_tokens,)
+
+
+@dataclass(frozen=True)
+class CycleTimes:
+    """The durations (unscaled seconds) of the cycles of one engine step, in order.
+
+    ``flat`` cycles take ``flat_s`` each; the ``count - flat`` after them grow linearly from
+    ``rise_first_s`` to ``rise_last_s`` (attention reads a context that grows by the same number
+    of tokens every cycle, once the step is no longer compute-bound). A step of one cycle is
+    ``CycleTimes(1, 1, duration)``.
+    """
+
+    count: int
+    flat: int
+    flat_s: float
+    rise_first_s: float = 0.0
+    rise_last_s: float = 0.0
+
+    @classmethod
+    def single(cls, duration_s: float) -> CycleTimes:
+        return cls(1, 1, duration_s)
+
+    def duration(self, i: int) -> float:
+        """Seconds of cycle ``i`` (0-based)."""
+        if i < self.flat:
+            return self.flat_s
+        rising = self.count - self.flat
+        if rising <= 1:
+            return self.rise_first_s
+        share = (i - self.flat) / (rising - 1)
+        return self.rise_first_s + (self.rise_last_s - self.rise_first_s) * share
+
+    def durations(self) -> Iterator[float]:
+        return (self.duration(i) for i in range(self.count))
+
+    @property
+    def total_s(self) -> float:
+        rising = self.count - self.flat
+        return self.flat * self.flat_s + rising * (self.rise_first_s + self.rise_last_s) / 2
 
 
 @dataclass
@@ -115,11 +163,24 @@ class StepResult:
     running: int = 0
     queued: int = 0
     used_tokens: int = 0
+    #: The step's cycles when it ran several (None: one cycle of ``duration_s``).
+    cycle_times: CycleTimes | None = None
+
+    @property
+    def cycles(self) -> CycleTimes:
+        """The durations of the step's cycles."""
+        return self.cycle_times or CycleTimes.single(self.duration_s)
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The model's answer for one configuration and workload (``autotune sim eval``)."""
+    """The model's answer for one configuration and workload (``autotune sim eval``).
+
+    The latency figures (milliseconds; ``<family>_<stat>_ms`` for TTFT, ITL, TPOT and E2E, each
+    mean, median, p90 and p99) are those the benchmark client computes
+    (:mod:`autotune.bench._metrics`) from the chunks a server streaming every cycle would send;
+    see :mod:`autotune.sim._virtual`.
+    """
 
     status: str  # "ok" or a crash category
     output_tok_s: float | None
@@ -136,3 +197,17 @@ class Verdict:
     total_tok_s: float | None = None
     request_throughput: float | None = None
     details: dict[str, float] = field(default_factory=dict)
+    ttft_mean_ms: float | None = None
+    ttft_median_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    itl_mean_ms: float | None = None
+    itl_median_ms: float | None = None
+    itl_p90_ms: float | None = None
+    tpot_mean_ms: float | None = None
+    tpot_median_ms: float | None = None
+    tpot_p90_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2e_mean_ms: float | None = None
+    e2e_median_ms: float | None = None
+    e2e_p90_ms: float | None = None
+    e2e_p99_ms: float | None = None

@@ -74,6 +74,17 @@ def test_readable_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert "h100-llama-3.1-8b" in out and "chat-c16" in out
     assert "status: ok" in out and "tok/s" in out
+    code, raw, _ = run_eval(
+        capsys, "--profile", "h100-llama-3.1-8b", "--workload", "chat-c16", "--json"
+    )
+    data = json.loads(raw)
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line[:2] == "  "}
+    for label in ("TTFT", "ITL", "TPOT", "E2E"):
+        shown = [float(cell) for cell in rows[label]]
+        figures = [data[f"{label.lower()}_{stat}_ms"] for stat in ("mean", "median", "p90", "p99")]
+        assert shown == pytest.approx(figures, abs=0.005), label
+    # one decode pass at batch 16 on an H100, not a fast-forwarded run of them
+    assert 5.0 < data["itl_p99_ms"] < 10.0
 
 
 @pytest.mark.parametrize(

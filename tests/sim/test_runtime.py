@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -15,7 +17,7 @@ from autotune.sim._logging import SGLangLog
 from autotune.sim._model import SimModel
 from autotune.sim._profile import load_profile
 from autotune.sim._runtime import RequestState, ServingRuntime
-from autotune.sim._types import TokenEvent
+from autotune.sim._types import SimRequest, TokenEvent
 
 SPEC = ServerConfig(
     speculative_algorithm="EAGLE3",
@@ -33,6 +35,7 @@ class Harness:
         interval: int = 40,
         dialect: str = "0.5.23",
         faults: FaultPlan = FaultPlan(),  # noqa: B008
+        serve_scale: float = 1.0,
     ) -> None:
         model = SimModel(load_profile("h100-llama-3.1-8b"))
         plan = model.plan_startup(config)
@@ -47,6 +50,7 @@ class Harness:
             num_draft_tokens=config.speculative_num_draft_tokens or 0,
             faults=faults,
             on_fatal=self.on_fatal,
+            serve_scale=serve_scale,
         )
 
     def on_fatal(self, lines: Sequence[str], code: int) -> None:
@@ -207,3 +211,39 @@ def test_prefill_line_shape_per_release(dialect: str) -> None:
     (line,) = h.lines("Prefill batch")
     assert f"Prefill batch{sep} #new-seq: 1, #new-token: 30, #cached-token: 0," in line
     assert line.startswith("[") and "TP0] " in line
+
+
+def test_serve_scale_stretches_every_step_and_reports_model_time() -> None:
+    """At ``--sim-serve-scale 4`` a request takes four times its modelled time on the wall
+    clock, while ``/metrics`` and the Decode batch line report the model's figures."""
+    h = Harness(interval=10, serve_scale=4.0)
+    twin = Harness().runtime.engine  # the same engine, stepped here in model time
+    twin.submit(SimRequest("r", 20, 40))
+    modelled = 0.0
+    while twin.has_work():
+        modelled += twin.step().duration_s
+    times: list[float] = []
+
+    async def body() -> None:
+        state = h.runtime.submit(20, 40, 0.0, counted=True)
+        while True:
+            got = await h.runtime.next_events(state)
+            times.append(time.monotonic())
+            assert got is not None
+            if got[-1].finished:
+                return
+
+    began = time.monotonic()
+    asyncio.run(with_loop(h, body))
+    wall = times[-1] - began
+    assert 4.0 * modelled * 0.97 <= wall <= 4.0 * modelled + 0.5
+    samples = {}
+    for line in h.runtime.render_metrics("m").splitlines():
+        if not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name.split("{")[0]] = float(value)
+    itl = samples["sglang:inter_token_latency_seconds_sum"] / 39
+    assert itl == pytest.approx(modelled / 40, rel=0.25)  # model time, not four times it
+    found = (re.search(r"gen throughput \(token/s\): ([0-9.]+)", x) for x in h.lines("Decode"))
+    throughputs = [float(m.group(1)) for m in found if m]
+    assert throughputs and all(t > 0.75 * 40 / modelled for t in throughputs)
