@@ -26,6 +26,7 @@ holds over seeds.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,6 +67,11 @@ TOLERANCE = 0.02
 #: the measurement is repeated up to ATTEMPTS times and the best run is asserted on.
 BELOW = {1: TOLERANCE, 64: 0.04}
 ATTEMPTS = 3
+#: ``--sim-serve-scale`` by concurrency: at 64 the server takes 4x each step's modelled time, so
+#: the client parses a quarter of the chunks a second and a busy 2-core machine (CI ran 16%
+#: below the model at scale 1 with another process keeping a core busy) costs its figure a
+#: quarter as much; the measured throughput times the scale is compared with the model.
+SERVE_SCALE = {1: 1.0, 64: 4.0}
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +87,10 @@ def sim_server(
     *,
     noise: float = 0.0,
     seed: int | None = None,
+    serve_scale: float = 1.0,
 ) -> Iterator[BenchmarkClient]:
-    """A simulated server for ``config``, launched as the tuner launches one, and a client."""
+    """A simulated server for ``config``, launched as the tuner launches one (serving
+    ``serve_scale`` times slower than the model), and a client."""
     spec = EngineSpec(
         kind="sim",
         model_path=MODEL,
@@ -93,6 +101,9 @@ def sim_server(
     launch = create_engine(spec).build_launch(
         config, port=find_free_port("127.0.0.1"), workload=workload
     )
+    if serve_scale != 1.0:
+        argv = (*launch.argv, "--sim-serve-scale", str(serve_scale))
+        launch = dataclasses.replace(launch, argv=argv)
     log = directory / f"sim-{launch.port}.log"
     with ServerProcess.launch(launch, log_path=log, term_timeout_s=10) as proc:
         deadline = time.monotonic() + 60
@@ -104,21 +115,26 @@ def sim_server(
 
 
 def agreement(
-    result: BenchmarkResult, model: SimModel, config: ServerConfig, workload: WorkloadSpec
+    result: BenchmarkResult,
+    model: SimModel,
+    config: ServerConfig,
+    workload: WorkloadSpec,
+    serve_scale: float = 1.0,
 ) -> tuple[float, float]:
-    """Measured over modelled output throughput and acceptance length."""
+    """Measured (times the server's ``serve_scale``) over modelled output throughput, and
+    measured over modelled acceptance length."""
     verdict = model.evaluate(config, workload)
     assert verdict.output_tok_s and verdict.accept_length
     assert result.completed == workload.num_prompts and result.failed == 0
     assert result.accept_length is not None
     assert result.acceptance_source == "request_meta_info"
     print(
-        f"\n{workload.name}: client {result.output_tok_s:.1f} tok/s, model "
+        f"\n{workload.name}: client {result.output_tok_s * serve_scale:.1f} tok/s, model "
         f"{verdict.output_tok_s:.1f}; accept length {result.accept_length:.3f} vs "
         f"{verdict.accept_length:.3f}"
     )
     return (
-        result.output_tok_s / verdict.output_tok_s,
+        result.output_tok_s * serve_scale / verdict.output_tok_s,
         result.accept_length / verdict.accept_length,
     )
 
@@ -130,9 +146,11 @@ def measured_agreement(
     the best of :data:`ATTEMPTS` runs on one server (see :data:`BELOW`)."""
     below = BELOW[workload.concurrency]
     best: tuple[float, float] | None = None
-    with sim_server(config, workload, directory) as client:
+    scale = SERVE_SCALE[workload.concurrency]
+    with sim_server(config, workload, directory, serve_scale=scale) as client:
         for _ in range(ATTEMPTS):
-            throughput, acceptance = agreement(client.run_sync(workload), model, config, workload)
+            result = client.run_sync(workload)
+            throughput, acceptance = agreement(result, model, config, workload, scale)
             # acceptance does not depend on timing: exact at noise 0, on every run
             assert acceptance == pytest.approx(1.0, abs=TOLERANCE)
             assert throughput <= 1.0 + TOLERANCE, "measured faster than the model"
@@ -153,7 +171,7 @@ def test_client_measures_the_model_at_concurrency_1(model: SimModel, tmp_path: P
 
 
 def test_client_measures_the_model_at_concurrency_64(model: SimModel, tmp_path: Path) -> None:
-    workload = model.profile.workload("chat-c64")  # 192 prompts, three batches: about 7 s
+    workload = model.profile.workload("chat-c64")  # 192 prompts, three batches: 7 s, 28 s served
     assert workload.concurrency == 64
     # the tuner raises SGLang's speculative limit of 48 running requests to the concurrency
     config = EAGLE3.replace(max_running_requests=64)

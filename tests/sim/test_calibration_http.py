@@ -64,12 +64,27 @@ def graph(max_bs: int) -> tuple[str, ...]:
 class Measured:
     result: BenchmarkResult
     kv_tokens: int
+    #: The server ran this many times slower than the model (``--sim-serve-scale``).
+    serve_scale: float = 1.0
+
+    @property
+    def tok_s(self) -> float:
+        """The measured output throughput in the model's time."""
+        return self.result.output_tok_s * self.serve_scale
+
+
+#: ``--sim-serve-scale`` of H100 runs at concurrency above 1: the client parses a quarter of the
+#: chunks a second, and a busy 2-core machine (CI: 16% below the model at concurrency 64 and
+#: scale 1, with another process keeping a core busy) takes a quarter as much from the figure.
+H100_SERVE_SCALE = 4.0
 
 
 #: Runs of a short H100 measurement on one server: at most this many, see :func:`best_run`.
 STEADY_RUNS = 3
 #: Two runs closer than this (relative) are taken as undisturbed.
 STEADY_SPREAD = 0.02
+#: A run at least this long (wall seconds) is taken as it is: a burst is a small part of it.
+LONG_RUN_S = 15.0
 
 
 def best_run(client: BenchmarkClient, workload: WorkloadSpec, *, runs: int) -> BenchmarkResult:
@@ -79,13 +94,16 @@ def best_run(client: BenchmarkClient, workload: WorkloadSpec, *, runs: int) -> B
     of competing work on the 2-core machine (another process's start-up, a collection pass)
     that lands inside a run of 2 to 3 s slows that run alone, by up to 15% seen in CI. Two runs
     within :data:`STEADY_SPREAD` of each other were not disturbed (or were disturbed alike,
-    which a sustained load does and a burst seldom does); otherwise a third decides.
+    which a sustained load does and a burst seldom does); otherwise a third decides. A first
+    run of :data:`LONG_RUN_S` or more stands alone.
     """
     results: list[BenchmarkResult] = []
     for _ in range(runs):
         result = client.run_sync(workload)
         assert result.completed == workload.num_prompts and result.failed == 0
         results.append(result)
+        if len(results) == 1 and result.duration_s >= LONG_RUN_S:
+            break
         speeds = sorted(r.output_tok_s for r in results)
         if len(speeds) >= 2 and speeds[-1] - speeds[-2] <= STEADY_SPREAD * speeds[-1]:
             break
@@ -118,8 +136,10 @@ class Lab:
         if key in self._cache:
             return self._cache[key]
         profile, model = (SEED_PROFILE, SEED_MODEL) if seed_system else (FAST_PROFILE, FAST_MODEL)
+        scale = H100_SERVE_SCALE if not seed_system and workload.concurrency > 1 else 1.0
+        scaling = ("--sim-serve-scale", str(scale)) if scale != 1.0 else ()
         server = self.launcher.start(
-            *flags, "--sim-noise", "0", profile=profile, model=model, env=env
+            *flags, "--sim-noise", "0", *scaling, profile=profile, model=model, env=env
         )
         try:
             options = ClientOptions(benchmark_timeout_s=300, progress=False)
@@ -128,7 +148,7 @@ class Lab:
             info = httpx.get(f"{server.url}/get_server_info", timeout=20).json()
         finally:
             server.terminate()
-        measured = Measured(result, int(info["max_total_num_tokens"]))
+        measured = Measured(result, int(info["max_total_num_tokens"]), scale)
         self._cache[key] = measured
         return measured
 
@@ -139,7 +159,7 @@ class Lab:
         seed_system: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> float:
-        return self.measure(workload, *flags, seed_system=seed_system, env=env).result.output_tok_s
+        return self.measure(workload, *flags, seed_system=seed_system, env=env).tok_s
 
     def crash(self, *flags: str, env: Mapping[str, str] | None = None) -> tuple[int, str]:
         """Exit code and log of a seed-system server that is expected to die during start-up."""
@@ -170,7 +190,7 @@ def test_smaller_graph_pool_gives_more_kv_and_about_9_percent(lab: Lab) -> None:
     b512 = lab.measure(workload, *NCCL, *graph(512))
     b128 = lab.measure(workload, *NCCL, *graph(128))
     assert b128.kv_tokens > b512.kv_tokens
-    ratio = b128.result.output_tok_s / b512.result.output_tok_s
+    ratio = b128.tok_s / b512.tok_s
     report("seed, graph max batch 128 over 512", ratio, "about 1.09")
     assert ratio == pytest.approx(1.09, abs=0.03)
 
@@ -187,7 +207,7 @@ def test_hand_tuned_eagle3_is_below_the_baseline(lab: Lab) -> None:
     workload = lab.seed_workload(8)
     baseline = lab.tok_s(workload, *NCCL, *graph(128))
     eagle = lab.measure(workload, *NCCL, *EAGLE3_SEED, "--mem-fraction-static", "0.88")
-    ratio = eagle.result.output_tok_s / baseline
+    ratio = eagle.tok_s / baseline
     report("seed, EAGLE-3 (2, 4, 4) over the baseline at graph 128", ratio, "below 1")
     assert eagle.result.accept_length is not None and eagle.result.accept_length > 1
     assert ratio < 1.0
@@ -286,7 +306,7 @@ def test_the_best_tree_narrows_and_gains_less_at_concurrency_64(lab: Lab) -> Non
     calibration``, target 9), measured over HTTP: each wins at its own concurrency, and the
     gain at 64 is the smaller (EAGLE-3 paper: 1.38x at batch 64 in SGLang)."""
     gains = {}
-    for name, prompts in (("mt-bench", 2), ("chat-c64", 128)):
+    for name, prompts in (("mt-bench", 2), ("chat-c64", 64)):  # c64: one batch, gains of 128
         workload = lab.h100_workload(name, prompts)
         base = lab.tok_s(workload, *C64, seed_system=False)
         wide = lab.tok_s(workload, *WIDE_C1_BEST, *C64, seed_system=False)

@@ -1,9 +1,10 @@
 """The simulated server serves at the model's speed: HTTP throughput against ``autotune sim eval``.
 
-A real ``python -m autotune.sim`` process (noise 0, start-up time scaled down, serving in real
-time) is loaded by the benchmark client with a workload of the H100 profile, and the output
-throughput it measures is compared with :meth:`SimModel.evaluate` of the same configuration and
-workload, the figure ``autotune sim eval`` prints. They agree within 5%: the server batches a
+A real ``python -m autotune.sim`` process (noise 0, start-up time scaled down, serving at a
+quarter of the model's speed, see :data:`SERVE_SCALE`) is loaded by the benchmark client with a
+workload of the H100 profile, and the output throughput it measures (times the scale) is
+compared with :meth:`SimModel.evaluate` of the same configuration and workload, the figure
+``autotune sim eval`` prints. They agree within 5%: the server batches a
 closed-loop client's arrivals as the model's virtual client sends them and keeps the modelled
 schedule when its loop runs late (:mod:`autotune.sim._admission`); the rest is the client's own
 time to open its connections, send the first requests and read the last ones: measured 0.5 to
@@ -26,6 +27,11 @@ from autotune.sim import SimModel, load_profile
 
 from ._procs import FAST_PROFILE, SimLauncher
 
+#: The server takes this many times each step's modelled duration (``--sim-serve-scale``) and
+#: the client's throughput times it is compared: the chunks a second the client parses, and what
+#: a busy machine takes from the figure, shrink by as much (at scale 1, CI measured 16% below
+#: the model at concurrency 64 with another process keeping a core busy).
+SERVE_SCALE = 4.0
 SPEC_FLAGS = (
     "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
     "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8",
@@ -41,9 +47,9 @@ SPEC = ServerConfig(
 @pytest.mark.parametrize(
     ("workload_name", "prompts", "flags", "config"),
     [
-        ("chat-c16", 48, SPEC_FLAGS, SPEC),  # about 3 s
+        ("chat-c16", 48, SPEC_FLAGS, SPEC),  # about 3 s, 12 s served
         # 64 streams at a token every 7 ms: chunks of 4 tokens keep the client's load in check
-        ("chat-c64", 192, ("--stream-interval", "4"), ServerConfig()),  # about 6 s
+        ("chat-c64", 192, ("--stream-interval", "4"), ServerConfig()),  # about 6 s, 24 s served
     ],
     ids=["eagle3-c16", "baseline-c64"],
 )
@@ -58,7 +64,7 @@ def test_served_throughput_is_the_models(
     workload = model.profile.workload(workload_name).with_changes(num_prompts=prompts)
     verdict = model.evaluate(config, workload)
     assert verdict.status == "ok" and verdict.output_tok_s
-    server = sim.start(*flags, "--sim-noise", "0")
+    server = sim.start(*flags, "--sim-noise", "0", "--sim-serve-scale", str(SERVE_SCALE))
     client = BenchmarkClient(server.url, ClientOptions(benchmark_timeout_s=120, progress=False))
     # Wall time can only be lost (the client's work, CPU taken from the server's loop), never
     # gained: the served figure may not exceed the model by 5%, and a burst of competing work on
@@ -68,9 +74,10 @@ def test_served_throughput_is_the_models(
     for _ in range(3):
         result = client.run_sync(workload)
         assert result.completed == prompts and result.failed == 0
-        ratio = result.output_tok_s / verdict.output_tok_s
+        served = result.output_tok_s * SERVE_SCALE
+        ratio = served / verdict.output_tok_s
         print(
-            f"\n{workload_name} x{prompts}: served {result.output_tok_s:.1f} tok/s, "
+            f"\n{workload_name} x{prompts}: served {served:.1f} tok/s, "
             f"sim eval {verdict.output_tok_s:.1f} tok/s, ratio {ratio:.4f}"
         )
         assert ratio <= 1.05, "served faster than the model"
