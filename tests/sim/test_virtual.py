@@ -108,9 +108,10 @@ def test_fast_forwarded_steps_give_the_latencies_of_one_cycle_steps(
 ) -> None:
     """The server steps one cycle at a time and streams a chunk per cycle; the model skips
     ahead. Every figure must be the same (before the fix the ITL p99 of mt-bench was a whole
-    fast-forwarded step, 1,606 ms, where one cycle takes 6.3 ms). They differ by 1e-5 at
-    most: a fast-forwarded step grows the context by the expected accepted drafts per cycle,
-    the server's steps by the accepted ones."""
+    fast-forwarded step, 1,606 ms, where one cycle takes 6.3 ms). They differ by 1.3e-4 at
+    most (the ITL median at concurrency 64 with speculation): a fast-forwarded step grows the
+    context by the expected accepted drafts per cycle, the server's steps by the accepted
+    ones, and a cycle's cost grows with the context."""
     if workload_name == "varied":
         workload = VARIED
     elif workload_name == "poisson":
@@ -120,11 +121,11 @@ def test_fast_forwarded_steps_give_the_latencies_of_one_cycle_steps(
     fast = run(h100, config, workload, max_cycles=1_000_000)
     stepped = run(h100, config, workload, max_cycles=1)
     assert fast.status == stepped.status == "ok"
-    assert fast.output_tok_s == pytest.approx(stepped.output_tok_s, rel=1e-4)
+    assert fast.output_tok_s == pytest.approx(stepped.output_tok_s, rel=5e-4)
     for name in LATENCY_FIELDS:
         ours, theirs = getattr(fast, name), getattr(stepped, name)
         assert ours is not None and theirs is not None, name
-        assert ours == pytest.approx(theirs, rel=1e-4), name
+        assert ours == pytest.approx(theirs, rel=5e-4), name
 
 
 def test_the_evaluated_itl_is_one_cycle_not_one_step(h100: SimModel) -> None:
