@@ -203,9 +203,9 @@ class Calibration:
             Check(
                 "12. SGLang PR #21599 (461; 621 / 955 / 999 tok/s)",
                 "not reconstructed",
-                "setup not stated",
+                "setup not found",
                 True,
-                "the PR gives no GPU, model, head or load for these figures",
+                "PR text searched shows no GPU, model, head or load behind these figures",
             )
         )
         return out
