@@ -139,6 +139,10 @@ STUDY_SPACE_TEXT = "autotune:space_text"
 STUDY_TARGET = "autotune:n_trials"
 STUDY_REFUSED = "autotune:refused"
 STUDY_METRIC = "autotune:metric"
+STUDY_CONFIRMATION = "autotune:confirmation"
+#: The tuner confirming the study, and the server of its confirmation run (for a kill -9).
+STUDY_CONFIRMING = "autotune:confirming"
+STUDY_CONFIRM_PROCESS = "autotune:confirm_process"
 
 
 @dataclass

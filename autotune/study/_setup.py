@@ -52,6 +52,8 @@ class StudyOptions:
     n_startup_trials: int = 6
     informed: bool = True
     progress: bool | None = None
+    #: Confirm the best candidates after the search (None: as the space's ``confirm`` says).
+    confirm: bool | None = None
 
     def __post_init__(self) -> None:
         """Refuse bad options before anything is opened or created (each names its option).
