@@ -45,6 +45,7 @@ from autotune.study._evaluate import (
 from autotune.study._feasibility import Feasibility
 from autotune.study._hooks import pause_at
 from autotune.study._interrupts import Interrupts
+from autotune.study._notes import save_trial_note
 from autotune.study._optuna import (
     get_trial,
     set_trial_system_attr,
@@ -561,6 +562,7 @@ class StudyRunner:
         }
         for key, value in record.user_attrs().items():
             trial.set_user_attr(key, value)
+        save_trial_note(trial, record, self.space.objective.metric)
         attrs = record.user_attrs()
         names = ["starts"] + [c.describe() for c in self.space.objective.constraints]
         for name, value in zip(names, self._constraint_values(attrs), strict=True):
@@ -578,6 +580,7 @@ class StudyRunner:
         record = TrialRecord(outcome=Outcome.INTERRUPTED, role=role, failure_line=reason)
         for key, value in record.user_attrs().items():
             trial.set_user_attr(key, value)
+        save_trial_note(trial, record, self.space.objective.metric)
         upload_artifacts(self.store, trial, files.existing())
         frozen = get_trial(self.study, trial_id_of(trial))
         requeue(self.study, configuration(frozen), trial.number, role, trial_id=trial_id_of(trial))
