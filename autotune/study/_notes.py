@@ -23,6 +23,8 @@ from autotune.study._record import Outcome, TrialRecord
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.study._verdict import Verdict
+
 #: The longest log line quoted in a note (the full line is the ``failure_line`` attribute).
 MAX_QUOTED = 300
 
@@ -61,3 +63,12 @@ def _quoted(text: str) -> str:
     """``text`` on one line, cut to :data:`MAX_QUOTED`, safe inside a Markdown code span."""
     one = " ".join(text.split()).replace("`", "'")
     return one if len(one) <= MAX_QUOTED else one[: MAX_QUOTED - 3] + "..."
+
+
+def save_verdict_note(study: optuna.Study, verdict: Verdict) -> None:
+    """The confirmation's verdict as the study's dashboard note (shown on the study's page)."""
+    from optuna_dashboard import save_note
+
+    head, *rest = verdict.lines()
+    body = "\n".join(f"- {line.strip()}" for line in rest)
+    save_note(study, f"**{head}**\n\n{body}\n")

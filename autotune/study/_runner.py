@@ -45,7 +45,7 @@ from autotune.study._evaluate import (
 from autotune.study._feasibility import Feasibility
 from autotune.study._hooks import pause_at
 from autotune.study._interrupts import Interrupts
-from autotune.study._notes import save_trial_note
+from autotune.study._notes import save_trial_note, save_verdict_note
 from autotune.study._optuna import (
     get_trial,
     set_trial_system_attr,
@@ -370,6 +370,7 @@ class StudyRunner:
             ) from None
         finally:
             self.study.set_user_attr(STUDY_CONFIRMING, None)
+        save_verdict_note(self.study, verdict)
         log.info("verdict: %s", verdict.headline)
         return verdict
 

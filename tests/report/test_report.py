@@ -121,10 +121,14 @@ def test_format_report(seed_study: StudyRun) -> None:
     best = report.best
     assert best is not None and best.value is not None and report.baseline_value is not None
 
-    assert lines[0] == f"study seed  ({seed_study.storage_url})"
-    assert lines[1] == f"trials: {SEED_TRIALS} finished of {SEED_TRIALS}"
-    assert lines[2] == f"baseline (no speculation): {report.baseline_value:.2f} output_tok_s"
-    assert lines[3].startswith(f"best: trial {best.number} ({best.role}): {best.value:.2f}")
+    # not confirmed (the session study turns confirmation off): the first line says so
+    assert report.verdict is None
+    assert lines[0].startswith("not confirmed: the best of single measurements below")
+    assert lines[0].endswith("run `autotune study confirm --study-name seed`")
+    assert lines[1] == f"study seed  ({seed_study.storage_url})"
+    assert lines[2] == f"trials: {SEED_TRIALS} finished of {SEED_TRIALS}"
+    assert lines[3] == f"baseline (no speculation): {report.baseline_value:.2f} output_tok_s"
+    assert lines[4].startswith(f"best: trial {best.number} ({best.role}): {best.value:.2f}")
     for key, value in best.config.items():
         assert f"    {key} = {value}" in lines
     assert lines[lines.index("launch it with:") + 1] == f"    {report.best_sglang_command}"
@@ -200,7 +204,7 @@ def test_running_and_interrupted_trials_are_counted(seed_study: StudyRun, tmp_pa
     study, paths = load_study("seed", studies_dir=db.parent)
     report = build_report(study, paths)
     assert (report.finished, report.running, report.failed) == (SEED_TRIALS, 1, 1)
-    first = format_report(report).splitlines()[1]
+    first = format_report(report).splitlines()[2]
     assert first == f"trials: {SEED_TRIALS} finished of {SEED_TRIALS}, 1 running, 1 interrupted"
 
 

@@ -55,7 +55,8 @@ class Recording(TrialEvaluator):
         self.seen: list[tuple[int, str, ServerConfig]] = []
 
     def evaluate(self, config: ServerConfig, context: TrialContext) -> TrialRecord:
-        self.seen.append((context.number, context.role, config))
+        if context.role != "confirm":  # the confirmation's runs after the search are not trials
+            self.seen.append((context.number, context.role, config))
         return self.inner.evaluate(config, context)
 
 
