@@ -325,12 +325,11 @@ def create_or_load(
                 f"study {paths.name!r} already exists with another search space",
                 hint="choose another --study-name for this space",
             )
-    direction = space.objective.direction
     try:
         study = optuna.create_study(
             study_name=paths.name,
             storage=storage,
-            direction="minimize" if direction == "minimize" else "maximize",
+            directions=[optuna.study.StudyDirection[d.upper()] for d in space.objective.directions],
         )
     except optuna.exceptions.DuplicatedStudyError as e:
         raise StorageError(
@@ -339,6 +338,7 @@ def create_or_load(
             "another --study-name",
         ) from e
     pause_at("created")
+    study.set_metric_names(list(space.objective.metrics))  # the dashboard shows these names
     _store_space(study, space)
     pause_at("space")
     return study, space
