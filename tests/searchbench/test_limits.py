@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune._slo import RequestLimits
 from autotune.searchbench import Oracle, StudyTrace, TrialTrace, score_study, summarise
 from autotune.searchbench._benchmark import prepare
 from autotune.searchbench._optimum import find_optimum, grid
@@ -115,3 +116,26 @@ def test_bench_search_prints_what_the_limits_did(tmp_path: Path) -> None:
     assert 0 <= default["final_feasible"] <= 2
     assert 0.0 <= default["violation_share_first_half"] <= 1.0
     assert data["optimum"]["unconstrained_value"] > data["optimum"]["value"]
+
+
+def test_the_oracle_counts_goodput_from_the_models_requests(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    space, model = prepare(str(path), None)
+    config = space.baseline_config()
+    verdict = model.evaluate(config, space.workload)
+    assert verdict.benchmark_s and len(verdict.requests) == space.workload.num_prompts
+    ttfts = sorted(r[0] for r in verdict.requests)
+    # half the requests within the TTFT limit, by the model's own per-request figures
+    limit_s = ttfts[len(ttfts) // 2 - 1]
+    limits = RequestLimits(ttft_ms=1000 * limit_s)
+    answer = Oracle(model, space.workload, limits=limits).answer(config)
+    good = sum(1 for r in verdict.requests if r[0] <= limit_s)
+    assert 0 < good < len(ttfts)
+    assert answer.metrics["goodput"] == pytest.approx(good / verdict.benchmark_s)
+    loose = Oracle(model, space.workload, limits=RequestLimits(ttft_ms=1e9)).answer(config)
+    assert loose.metrics["goodput"] == pytest.approx(loose.metrics["request_throughput"])
+    # a multi-objective answer carries every objective's value
+    two = Oracle(model, space.workload, metrics=("output_tok_s", "goodput"), limits=limits)
+    both = two.answer(config)
+    assert both.values == (both.metrics["output_tok_s"], both.metrics["goodput"])
