@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from autotune._errors import StorageError
 from autotune._redact import redact_text, redact_url
 from autotune.study._record import (
+    STUDY_CONFIRMATION,
     STUDY_METRIC,
     STUDY_REFUSED,
     STUDY_TARGET,
@@ -28,6 +29,7 @@ from autotune.study._record import (
     outcome_of,
 )
 from autotune.study._storage import StudyPaths, open_for_reading, storage_faults, study_paths
+from autotune.study._verdict import Verdict
 
 if TYPE_CHECKING:
     import optuna
@@ -89,9 +91,14 @@ class StudyReport:
     violations: dict[str, int] = field(default_factory=dict)
     #: A multi-objective study's Pareto front (feasible, not dominated), by the first objective.
     pareto_front: list[TrialRow] = field(default_factory=list)
+    #: The confirmation's verdict (None: the study was not confirmed); when there is one,
+    #: ``best`` is its choice (the baseline when speculation does not pay).
+    verdict: Verdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["verdict"] = None if self.verdict is None else self.verdict.to_dict()
+        return out
 
     def top(self, n: int = 10) -> list[TrialRow]:
         """The ``n`` best measured trials within the constraints, best first (ties: earliest)."""
@@ -184,13 +191,16 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
         metrics=list(names),
         directions=directions,
         violations={**dict.fromkeys(_limits(study), 0), **violations},
+        verdict=recorded_verdict(study),
     )
     if len(directions) > 1:
         report = replace(report, pareto_front=report.front())
-    top = report.top(1)
-    if not top:
-        return report
-    best = top[0]
+    best = _confirmed_choice(report)
+    if best is None:
+        top = report.top(1)
+        if not top:
+            return report
+        best = top[0]
     record = records[best.number]
     command = _text(record.command)
     return replace(
@@ -209,6 +219,24 @@ def _limits(study: optuna.Study) -> list[str]:
             if name != "starts":
                 names[name] = None
     return list(names)
+
+
+def recorded_verdict(study: optuna.Study) -> Verdict | None:
+    """The verdict of the study's last finished confirmation, if it has one."""
+    state = study.user_attrs.get(STUDY_CONFIRMATION)
+    if not isinstance(state, dict) or not isinstance(state.get("verdict"), dict):
+        return None
+    return Verdict.from_dict(state["verdict"])
+
+
+def _confirmed_choice(report: StudyReport) -> TrialRow | None:
+    """The row the verdict chose: its trial, or the baseline when speculation does not pay."""
+    verdict = report.verdict
+    if verdict is None or verdict.kind == "none":
+        return None
+    if verdict.choice is None:
+        return next((r for r in report.rows if r.role == "baseline" and r.measured), None)
+    return next((r for r in report.rows if r.number == verdict.choice), None)
 
 
 def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
@@ -243,8 +271,19 @@ def _row(trial: optuna.trial.FrozenTrial, record: TrialRecord) -> TrialRow:
 
 
 def format_report(report: StudyReport) -> str:
-    """The report as text for a terminal."""
+    """The report as text for a terminal: the verdict first."""
+    verdict = report.verdict
+    if verdict is not None:
+        head = [verdict.headline]
+    elif report.best is not None:
+        head = [
+            "not confirmed: the best of single measurements below; for a verdict with "
+            f"confidence run `autotune study confirm --study-name {report.study_name}`"
+        ]
+    else:
+        head = []
     lines = [
+        *head,
         f"study {report.study_name}  ({report.storage_url})",
         f"trials: {report.finished} finished"
         + (f" of {report.target}" if report.target else "")
@@ -260,12 +299,14 @@ def format_report(report: StudyReport) -> str:
         lines.append("best: no configuration was measured yet")
     else:
         speed = f"  x{best.speedup:.2f} over the baseline" if best.speedup is not None else ""
+        what = "confirmed choice" if verdict is not None and verdict.kind != "none" else "best"
         lines.append(
-            f"best: trial {best.number} ({best.role}): {best.value:.2f} {report.metric}{speed}"
+            f"{what}: trial {best.number} ({best.role}): {best.value:.2f} {report.metric}{speed}"
+            + (" in its search run" if what != "best" else "")
         )
         for key, value in best.config.items():
             lines.append(f"    {key} = {value}")
-        if best.role == "baseline":
+        if best.role == "baseline" and verdict is None:
             lines.append("    no speculative configuration beat the baseline")
         if report.best_sglang_command:
             lines.append("launch it with:")
@@ -279,6 +320,8 @@ def format_report(report: StudyReport) -> str:
         )
     if len(report.directions) > 1:
         lines += _front_lines(report)
+    if verdict is not None:
+        lines += verdict.lines()[1:]
     lines.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(report.outcomes.items())))
     if report.refused_before_launch:
         lines.append(

@@ -10,12 +10,14 @@ enqueued configurations it would refuse, are refused when the file is read.
 
 from __future__ import annotations
 
+from autotune.space._confirm import ConfirmSpec
 from autotune.space._params import ParamSpec
 from autotune.space._schema import load_space, parse_space
 from autotune.space._space import METRICS, ConstraintSpec, ObjectiveSpec, SearchSpace
 
 __all__ = [
     "METRICS",
+    "ConfirmSpec",
     "ConstraintSpec",
     "ObjectiveSpec",
     "ParamSpec",
