@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune._errors import BenchmarkError, BenchmarkTimeout
+from autotune._slo import RequestLimits
 from autotune._workload import WorkloadSpec
 from autotune.bench._metrics import BenchmarkResult, RequestRecord, compute_result
 from autotune.bench._prompts import PlannedRequest, RequestFactory
@@ -68,6 +69,8 @@ class ClientOptions:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: The engine's HTTP API (``Engine.server_api()``); None: SGLang's, as the simulator's.
     server_api: ServerApi | None = field(default=None, repr=False)
+    #: Per-request limits the run's goodput counts against (None: no goodput).
+    limits: RequestLimits | None = None
 
     @classmethod
     def from_timeouts(cls, timeouts: Timeouts, **changes: Any) -> ClientOptions:
@@ -97,6 +100,8 @@ class RunRecords:
     client_cpu_s: float = 0.0
     #: How the requests' statistics read as acceptance (``None``: SGLang's API).
     server_api: ServerApi | None = field(default=None, repr=False)
+    #: Per-request limits of the run's goodput (None: no goodput).
+    limits: RequestLimits | None = None
 
     def result(self) -> BenchmarkResult:
         """The figures (see :func:`compute_result`); raises BenchmarkError if all failed
@@ -108,6 +113,7 @@ class RunRecords:
                 api=self.api,
                 acceptance=self.server_acceptance,
                 server_api=self.server_api,
+                limits=self.limits,
             )
         except BenchmarkError as e:
             measured = [r for r in self.records if not r.warmup]
@@ -211,7 +217,9 @@ class BenchmarkClient:
                 after = await self._stats(client, server_api.stats_after)
                 acceptance = server_api.from_server(before, after)
         records = tuple(s.record() for s in warm) + tuple(s.record() for s in measured)
-        return RunRecords(self.url, workload.api, records, acceptance, cpu, server_api)
+        return RunRecords(
+            self.url, workload.api, records, acceptance, cpu, server_api, self.options.limits
+        )
 
     # -- phases -----------------------------------------------------------------------------
 

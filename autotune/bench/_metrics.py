@@ -11,9 +11,11 @@ Per request (completed ones only, as bench_serving does):
   not (the OpenAI routes), each gap is one value.
 
 For the run: duration is first send to last end (completed or failed); throughputs divide the
-completed requests' tokens by it (output tokens, input + output tokens, requests). Latency figures
-are mean, median, p90 and p99 in milliseconds; percentiles interpolate linearly between order
-statistics (numpy's default, as bench_serving uses).
+completed requests' tokens by it (output tokens, input + output tokens, requests). Goodput, where
+per-request limits are given (:class:`~autotune._slo.RequestLimits`), divides the completed
+requests that meet every limit (TTFT, TPOT, E2E of that request) by the same duration. Latency
+figures are mean, median, p90 and p99 in milliseconds; percentiles interpolate linearly between
+order statistics (numpy's default, as bench_serving uses).
 
 Acceptance of this run (``acceptance_source``) is read as the engine says (its
 :class:`~autotune.engines.ServerApi`): first from the completed requests' own statistics
@@ -31,6 +33,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from autotune._errors import BenchmarkError
+from autotune._slo import RequestLimits
 from autotune._stats import percentile
 from autotune.engines import Acceptance, DraftStats, ServerApi, server_api_for
 
@@ -152,6 +155,8 @@ class BenchmarkResult:
     error_examples: tuple[str, ...] = ()
     warmup_failed: int = 0
     records: tuple[RequestRecord, ...] = field(default=(), repr=False)
+    #: Completed requests per second within every per-request limit (None: no limits given).
+    goodput: float | None = None
 
     def metrics(self) -> dict[str, float]:
         """The numeric figures by name (those measured), for aggregation over repeats."""
@@ -201,8 +206,11 @@ def compute_result(
     api: str,
     acceptance: Acceptance | None = None,
     server_api: ServerApi | None = None,
+    limits: RequestLimits | None = None,
 ) -> BenchmarkResult:
     """The run's figures from its request records (warm-up records are left out).
+
+    ``limits``: the per-request limits goodput counts against (no goodput without them).
 
     Acceptance comes from the requests' own statistics as ``server_api`` reads them (``None``:
     SGLang's), else ``acceptance`` (the server's figure, read around the run).
@@ -267,6 +275,9 @@ def compute_result(
         error_examples=examples,
         warmup_failed=sum(1 for r in records if r.warmup and not r.ok),
         records=tuple(records),
+        goodput=None
+        if limits is None
+        else limits.goodput(((r.ttft, r.tpot(), r.e2e) for r in done), duration),
         ttft_mean_ms=latency["ttft_mean_ms"],
         ttft_median_ms=latency["ttft_median_ms"],
         ttft_p90_ms=latency["ttft_p90_ms"],

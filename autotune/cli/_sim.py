@@ -58,6 +58,7 @@ def evaluate(
     spec = loaded.workload(workload)
     verdict = SimModel(loaded).evaluate(config, spec, env=environment)
     data = dataclasses.asdict(verdict)
+    data.pop("requests", None)  # one tuple per request: not for the terminal
     if as_json:
         data["profile"] = loaded.name
         data["workload"] = spec.name

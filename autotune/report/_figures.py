@@ -63,7 +63,7 @@ def optimization_history(study: optuna.Study) -> go.Figure:
     import plotly.graph_objects as go
 
     rows = trials_frame(study)
-    maximize = study.direction.name == "MAXIMIZE"
+    maximize = study.directions[0].name == "MAXIMIZE"  # the first objective's
     measured = [r for r in rows if r["outcome"] is Outcome.OK and r["value"] is not None]
     fig = go.Figure()
     fig.add_trace(

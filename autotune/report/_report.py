@@ -1,5 +1,11 @@
 """The report of a study: the best configuration against the baseline, and what crashed.
 
+The best is the best measured trial within the space's limits (``objective.constraints``); the
+report says how many measured trials broke each limit. A multi-objective study's report lists
+its Pareto front: the measured trials within the limits that no other such trial dominates (at
+least as good in every objective and better in one), each with its figures; its best is the
+front's best by the first objective.
+
 Read-only: it opens the storage without heartbeats and never changes a study, so it is safe to
 run while a study is running (and against a study another machine is running).
 """
@@ -46,6 +52,10 @@ class TrialRow:
     feasible: bool = True
     failure_line: str | None = None
     advice: str | None = None
+    #: Every objective's value (a multi-objective study; else the one value).
+    values: tuple[float, ...] = ()
+    #: The limits of the space this measured trial broke (as the space describes them).
+    violated: tuple[str, ...] = ()
 
     @property
     def measured(self) -> bool:
@@ -74,6 +84,13 @@ class StudyReport:
     #: Proposals the tuner replaced before asking for a trial, by the failure they would meet.
     refused_before_launch: dict[str, int]
     rows: list[TrialRow] = field(default_factory=list)
+    #: Every objective's metric and direction (one for a single-objective study).
+    metrics: list[str] = field(default_factory=list)
+    directions: list[str] = field(default_factory=list)
+    #: Measured trials over each limit of the space, by the limit's description.
+    violations: dict[str, int] = field(default_factory=dict)
+    #: A multi-objective study's Pareto front (feasible, not dominated), by the first objective.
+    pareto_front: list[TrialRow] = field(default_factory=list)
     #: The confirmation's verdict (None: the study was not confirmed); when there is one,
     #: ``best`` is its choice (the baseline when speculation does not pay).
     verdict: Verdict | None = None
@@ -90,6 +107,19 @@ class StudyReport:
             measured, key=lambda r: float(r.value or 0.0), reverse=self.direction == "maximize"
         )
         return ranked[:n]
+
+    def front(self) -> list[TrialRow]:
+        """The measured trials within the limits that no other one dominates, best first by the
+        first objective (ties: earliest)."""
+        signs = [1.0 if d == "maximize" else -1.0 for d in self.directions]
+        points = [r for r in self.rows if r.measured and r.feasible and r.values]
+
+        def dominates(a: TrialRow, b: TrialRow) -> bool:
+            pairs = [(s * x, s * y) for s, x, y in zip(signs, a.values, b.values, strict=True)]
+            return all(x >= y for x, y in pairs) and any(x > y for x, y in pairs)
+
+        front = [r for r in points if not any(dominates(o, r) for o in points if o is not r)]
+        return sorted(front, key=lambda r: -signs[0] * r.values[0])
 
     def crashes(self) -> dict[Outcome, int]:
         """Finished trials that were not measured, by outcome (a crash category, a time-out, or
@@ -129,12 +159,20 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
     records = {t.number: TrialRecord.from_trial(t) for t in finished}
     rows = [_row(t, records[t.number]) for t in finished]
     baseline = next((r.value for r in rows if r.role == "baseline" and r.measured), None)
-    maximize = study.direction.name == "MAXIMIZE"
+    directions = [d.name.lower() for d in study.directions]
+    maximize = directions[0] == "maximize"
+    metric = str(study.user_attrs.get(STUDY_METRIC, "objective"))
+    names = study.metric_names or [metric] + [f"objective {i}" for i in range(1, len(directions))]
+    violations: Counter[str] = Counter()
+    for t in finished:
+        for name, value in (t.constraints or {}).items():
+            if name != "starts" and value > 0 and outcome_of(t.user_attrs) is Outcome.OK:
+                violations[name] += 1
     target = study.user_attrs.get(STUDY_TARGET)
     report = StudyReport(
         study_name=study.study_name,
         storage_url=redact_url(paths.storage_url),
-        metric=str(study.user_attrs.get(STUDY_METRIC, "objective")),
+        metric=metric,
         direction="maximize" if maximize else "minimize",
         target=target if isinstance(target, int) else None,
         finished=len(finished),
@@ -150,8 +188,13 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
         outcomes=dict(Counter(r.outcome for r in rows)),
         refused_before_launch=dict(study.user_attrs.get(STUDY_REFUSED) or {}),
         rows=rows,
+        metrics=list(names),
+        directions=directions,
+        violations={**dict.fromkeys(_limits(study), 0), **violations},
         verdict=recorded_verdict(study),
     )
+    if len(directions) > 1:
+        report = replace(report, pareto_front=report.front())
     best = _confirmed_choice(report)
     if best is None:
         top = report.top(1)
@@ -166,6 +209,16 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
         best_command=command,
         best_sglang_command=_text(record.sglang_command) or command,
     )
+
+
+def _limits(study: optuna.Study) -> list[str]:
+    """The names of the space's limits, as the trials record them (``starts`` left out)."""
+    names: dict[str, None] = {}
+    for t in study.get_trials(deepcopy=False):
+        for name in t.constraints or {}:
+            if name != "starts":
+                names[name] = None
+    return list(names)
 
 
 def recorded_verdict(study: optuna.Study) -> Verdict | None:
@@ -208,6 +261,12 @@ def _row(trial: optuna.trial.FrozenTrial, record: TrialRecord) -> TrialRow:
         feasible=_feasible(trial),
         failure_line=_text(record.failure_line),
         advice=_text(record.advice),
+        values=tuple(trial.values or ()) if record.measured else (),
+        violated=tuple(
+            name
+            for name, value in (trial.constraints or {}).items()
+            if name != "starts" and value > 0 and record.measured
+        ),
     )
 
 
@@ -252,6 +311,15 @@ def format_report(report: StudyReport) -> str:
         if report.best_sglang_command:
             lines.append("launch it with:")
             lines.append(f"    {report.best_sglang_command}")
+    if report.violations:
+        lines.append(
+            "measured over a limit (left out of the best): "
+            + ", ".join(
+                f"{name}: {n} trial{'s' if n != 1 else ''}" for name, n in report.violations.items()
+            )
+        )
+    if len(report.directions) > 1:
+        lines += _front_lines(report)
     if verdict is not None:
         lines += verdict.lines()[1:]
     lines.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(report.outcomes.items())))
@@ -261,3 +329,17 @@ def format_report(report: StudyReport) -> str:
             + ", ".join(f"{k} {v}" for k, v in sorted(report.refused_before_launch.items()))
         )
     return "\n".join(lines)
+
+
+def _front_lines(report: StudyReport) -> list[str]:
+    objectives = ", ".join(
+        f"{d} {m}" for m, d in zip(report.metrics, report.directions, strict=False)
+    )
+    lines = [f"Pareto front ({objectives}): {len(report.pareto_front)} trials"]
+    for row in report.pareto_front:
+        figures = ", ".join(
+            f"{m} {v:.2f}" for m, v in zip(report.metrics, row.values, strict=False)
+        )
+        knobs = " ".join(f"{k}={v}" for k, v in row.config.items() if k != "speculative_algorithm")
+        lines.append(f"    trial {row.number} ({row.role}): {figures}  {knobs}")
+    return lines

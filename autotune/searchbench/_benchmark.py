@@ -47,6 +47,8 @@ class SearchBenchResult:
     summaries: tuple[StrategySummary, ...]
     scores: tuple[StudyScore, ...]
     seconds: float
+    #: The space's constraints, as it describes them.
+    constraints: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +57,7 @@ class SearchBenchResult:
             "budget": self.budget,
             "seeds": self.seeds,
             "optimum": dataclasses.asdict(self.optimum),
+            "constraints": list(self.constraints),
             "strategies": {s.strategy: s.to_dict() for s in self.summaries},
             "wall_s": round(self.seconds, 1),
         }
@@ -91,7 +94,15 @@ def run_search_benchmark(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.monotonic()
     space, model = prepare(space_path, profile)
-    oracle = Oracle(model, space.workload, metric=space.objective.metric)
+    obj = space.objective
+    oracle = Oracle(
+        model,
+        space.workload,
+        metric=obj.metric,
+        metrics=obj.metrics,
+        limits=obj.slo,
+        constraints=obj.constraints,
+    )
     engine = make_engine(space)
     optimum = find_optimum(space, oracle, engine)
     log.info("optimum %.2f at %s", optimum.value, optimum.params)
@@ -126,6 +137,7 @@ def run_search_benchmark(
         tuple(summaries),
         tuple(scores),
         time.monotonic() - started,
+        tuple(c.describe() for c in obj.constraints),
     )
 
 
@@ -153,6 +165,8 @@ def format_table(result: SearchBenchResult) -> str:
             f"{s.reached_98:>10.0%} {s.median_crash_share:>11.1%} {s.median_final:>7.1%} "
             f"{s.median_gpu_hours:>8.1f}"
         )
+    if result.constraints:
+        lines += _constraint_lines(result)
     lines.append("")
     lines.append(
         "medians over seeds; GPU hours = time the GPUs were held (start-up to ready or crash, "
@@ -161,6 +175,33 @@ def format_table(result: SearchBenchResult) -> str:
     )
     lines += _confirmation_table(result)
     return "\n".join(lines)
+
+
+def _constraint_lines(result: SearchBenchResult) -> list[str]:
+    """What the constraints did: whether they bind, whether the final best meets them at noise
+    0, and the share of trials measured over a limit in each half of the studies."""
+    opt = result.optimum
+    lines = ["", "constraints: " + "; ".join(result.constraints)]
+    if opt.unconstrained_value is not None:
+        binds = "binds" if abs(opt.unconstrained_value - opt.value) > 1e-9 else "does not bind"
+        lines.append(
+            f"  best without them {opt.unconstrained_value:.2f} (the limit {binds}); "
+            f"{opt.violating} measured configurations break one"
+        )
+    lines.append(
+        f"  {'strategy':<12} {'best meets at noise 0':>22} {'over a limit, 1st half':>23} "
+        f"{'2nd half':>9}"
+    )
+    for s in result.summaries:
+        lines.append(
+            f"  {s.strategy:<12} {f'{s.final_feasible} of {s.seeds} seeds':>22} "
+            f"{s.violation_share_first_half:>23.1%} {s.violation_share_second_half:>9.1%}"
+        )
+    lines.append(
+        "  (the best is the best trial measured within the limits; shares: trials measured over "
+        "a limit, mean over seeds)"
+    )
+    return lines
 
 
 def _confirmation_table(result: SearchBenchResult) -> list[str]:

@@ -3,10 +3,14 @@
 A study is booked from what the loop recorded in its storage (:func:`trace_of`): each finished
 trial's role and outcome, its measured value, and the oracle's charge and true value.
 
-The incumbent after each trial is the configuration with the best *measured* value so far (as a
-user would pick it), judged by its *true* value. A study "reaches" a share of the optimum at the
-first trial whose incumbent's true value is at least that share; trials and GPU hours are
-counted up to and including that trial (the baseline trial counts: the tuner always runs it).
+The incumbent after each trial is the configuration with the best *measured* value so far among
+those measured within the space's constraints (as a user, and the report, would pick it), judged
+by its *true* value. With constraints, a study also books whether its final incumbent meets them
+at noise 0, and the share of its trials measured over a limit in its first and its second half
+(the sampler should learn the region beyond a limit after its first violations). A study
+"reaches" a share of the optimum at the first trial whose incumbent's true value is at least
+that share; trials and GPU hours are counted up to and including that trial (the baseline trial
+counts: the tuner always runs it).
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.searchbench._oracle import GPU_S_ATTR, TRUE_VALUE_ATTR
-from autotune.study._record import Outcome, outcome_of
+from autotune.searchbench._oracle import GPU_S_ATTR, TRUE_FEASIBLE_ATTR, TRUE_VALUE_ATTR
+from autotune.study._record import Outcome, first_value, outcome_of
 
 if TYPE_CHECKING:
     import optuna
@@ -38,6 +42,10 @@ class TrialTrace:
     measured: float | None
     true_value: float | None
     seconds: float
+    #: Measured over a limit of the space (its recorded constraints other than ``starts``).
+    violated: bool = False
+    #: Its noise-free figures meet every constraint (None: not measured by the oracle).
+    true_feasible: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -80,14 +88,19 @@ def trace_of(
         attrs = t.user_attrs
         outcome = outcome_of(attrs)
         true = attrs.get(TRUE_VALUE_ATTR)
+        complete = t.state == TrialState.COMPLETE
+        limits = [v for name, v in (t.constraints or {}).items() if name != "starts"]
+        true_feasible = attrs.get(TRUE_FEASIBLE_ATTR)
         trials.append(
             TrialTrace(
                 t.number,
                 str(attrs.get("role") or "search"),
                 "refused" if outcome is Outcome.INFEASIBLE else str(outcome),
-                t.value if t.state == TrialState.COMPLETE else None,
+                first_value(t) if complete else None,
                 None if true is None else float(true),
                 float(attrs.get(GPU_S_ATTR) or 0.0),
+                complete and any(v > 0 for v in limits),
+                true_feasible if isinstance(true_feasible, bool) else None,
             )
         )
     ordered = tuple(sorted(trials, key=lambda t: t.number))
@@ -105,6 +118,20 @@ class StudyScore:
     crash_share: float
     crashes: int
     refused: int
+    #: Trials measured over a limit: in the first half of the study, in the second half.
+    violations: tuple[int, int] = (0, 0)
+    #: Trials in each half.
+    halves: tuple[int, int] = (0, 0)
+    #: The final incumbent meets every constraint at noise 0 (None: no incumbent).
+    final_feasible: bool | None = None
+
+    def violation_shares(self) -> tuple[float, float]:
+        """The share of trials measured over a limit in each half of the study."""
+        return (
+            self.violations[0] / self.halves[0] if self.halves[0] else 0.0,
+            self.violations[1] / self.halves[1] if self.halves[1] else 0.0,
+        )
+
     #: The confirmed choice's true value over the best of the optimum and the baseline (the
     #: right answer may be "no speculation"); None: not confirmed.
     confirmed: float | None = None
@@ -116,6 +143,7 @@ class StudyScore:
 
 def score_study(trace: StudyTrace, optimum: float, gpus: int, *, maximize: bool) -> StudyScore:
     best_measured: float | None = None
+    final_feasible: bool | None = None
     incumbent_true = 0.0
     history: list[float] = []
     seconds = 0.0
@@ -130,7 +158,8 @@ def score_study(trace: StudyTrace, optimum: float, gpus: int, *, maximize: bool)
         elif trial.status != "ok":
             crashes += 1
             crash_seconds += trial.seconds
-        if trial.role != "baseline" and trial.measured is not None and trial.true_value:
+        within = not trial.violated
+        if trial.role != "baseline" and trial.measured is not None and trial.true_value and within:
             better = best_measured is None or (
                 trial.measured > best_measured if maximize else trial.measured < best_measured
             )
@@ -138,11 +167,14 @@ def score_study(trace: StudyTrace, optimum: float, gpus: int, *, maximize: bool)
                 best_measured = trial.measured
                 share = trial.true_value / optimum if maximize else optimum / trial.true_value
                 incumbent_true = share
+                final_feasible = trial.true_feasible
         history.append(incumbent_true)
         for share in SHARES:
             if trials_to[share] is None and incumbent_true >= share - 1e-12:
                 trials_to[share] = i + 1
                 hours_to[share] = seconds * gpus / 3600.0
+    half = (len(trace.trials) + 1) // 2
+    first, second = trace.trials[:half], trace.trials[half:]
     confirmed, wrong, confirm_hours = _confirmed(trace, optimum, maximize=maximize)
     return StudyScore(
         trace.strategy,
@@ -154,6 +186,9 @@ def score_study(trace: StudyTrace, optimum: float, gpus: int, *, maximize: bool)
         crash_seconds / seconds if seconds > 0 else 0.0,
         crashes,
         refused,
+        (sum(t.violated for t in first), sum(t.violated for t in second)),
+        (len(first), len(second)),
+        final_feasible,
         confirmed,
         None if trace.confirmation is None else trace.confirmation.kind,
         wrong,
@@ -198,6 +233,11 @@ class StrategySummary:
     median_crash_share: float
     median_final: float  # incumbent's share of the optimum at the end of the budget
     median_gpu_hours: float
+    #: Seeds whose final incumbent meets every constraint at noise 0.
+    final_feasible: int = 0
+    #: Mean over seeds of the share of trials measured over a limit, per half of the study.
+    violation_share_first_half: float = 0.0
+    violation_share_second_half: float = 0.0
     #: Confirmed studies: median share of the confirmed choice, seeds within 98%, verdicts.
     median_confirmed: float | None = None
     confirmed_98: float | None = None
@@ -225,6 +265,9 @@ def summarise(scores: Sequence[StudyScore]) -> StrategySummary:
         median_crash_share=statistics.median(s.crash_share for s in scores),
         median_final=statistics.median(s.history[-1] if s.history else 0.0 for s in scores),
         median_gpu_hours=statistics.median(s.gpu_hours for s in scores),
+        final_feasible=sum(s.final_feasible is True for s in scores),
+        violation_share_first_half=statistics.fmean(s.violation_shares()[0] for s in scores),
+        violation_share_second_half=statistics.fmean(s.violation_shares()[1] for s in scores),
         **_confirmed_summary(scores),
     )
 

@@ -1,9 +1,11 @@
 """The true optimum of a space: every configuration evaluated by the model.
 
 Every parameter must take finitely many values (int ranges, stepped floats, categoricals).
-Configurations SGLang's rules refuse are skipped, as the tuner never launches them. The result
-also tells how the space is made: how many configurations start, crash (by category) or are
-refused.
+Configurations SGLang's rules refuse are skipped, as the tuner never launches them; with
+constraints (``objective.constraints``, the oracle's), the optimum is the best configuration whose
+noise-free figures meet them, and the best without them is kept too, to show whether a limit
+binds. The result also tells how the space is made: how many configurations start, crash (by
+category) or are refused, and how many break a limit.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ class Optimum:
     #: How many configurations reach 95% and 98% of the optimum.
     near_95: int = 0
     near_98: int = 0
+    #: With constraints: the best value without them, and how many measured configurations
+    #: break one (None: no constraints).
+    unconstrained_value: float | None = None
+    violating: int | None = None
 
 
 def grid(space: SearchSpace) -> Iterator[dict[str, Any]]:
@@ -65,6 +71,8 @@ def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = Non
     statuses: Counter[str] = Counter()
     values: list[float] = []
     best: tuple[float, dict[str, Any]] | None = None
+    free: float | None = None
+    violating = 0
     count = 0
     for params in grid(space):
         count += 1
@@ -77,12 +85,18 @@ def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = Non
         statuses[answer.status] += 1
         if answer.value is None:
             continue
+        if free is None or (answer.value > free if maximize else answer.value < free):
+            free = answer.value
+        if oracle.violated(answer):
+            violating += 1
+            continue
         values.append(answer.value)
         better = best is None or (answer.value > best[0] if maximize else answer.value < best[0])
         if better:
             best = (answer.value, params)
     if best is None:
-        raise ConfigError("no configuration of the space starts", source=space.source)
+        what = "meets the constraints" if free is not None else "starts"
+        raise ConfigError(f"no configuration of the space {what}", source=space.source)
     top = best[0]
 
     def within(share: float) -> int:
@@ -90,7 +104,17 @@ def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = Non
             return sum(v >= share * top for v in values)
         return sum(v <= top / share for v in values)
 
-    return Optimum(top, best[1], count, dict(statuses), within(0.95), within(0.98))
+    constrained = bool(oracle.constraints)
+    return Optimum(
+        top,
+        best[1],
+        count,
+        dict(statuses),
+        within(0.95),
+        within(0.98),
+        free if constrained else None,
+        violating if constrained else None,
+    )
 
 
 def space_size(space: SearchSpace) -> int:

@@ -5,7 +5,15 @@ charges the time the trial would have held the GPUs: the start-up until ready or
 that decides a crash, plus the benchmark of a measured configuration, plus stopping the server.
 GPU hours are that time multiplied by the number of GPUs of the profile. A measured value carries
 the measurement noise of a real run (a seeded multiplicative error, 2% by default), so samplers
-are compared on what they would have seen; the optimum is the noise-free value.
+are compared on what they would have seen; the optimum is the noise-free value. One error per
+measurement scales every figure alike: a run that reads 2% fast reads throughputs 2% higher and
+latencies 2% lower, as a lucky run does.
+
+The answer carries every figure a trial records (:data:`~autotune.study._record.METRIC_ATTRS`):
+the throughputs, acceptance, TTFT, ITL, TPOT and E2E (mean, median, p90, p99), and goodput
+counted from the model's per-request figures against the space's ``objective.slo``, so that the
+space's constraints and every objective of a multi-objective space are judged as in a real
+study.
 
 :class:`OracleEvaluator` is the oracle behind the study loop's evaluator seam
 (:class:`~autotune.study._evaluate.TrialEvaluator`): ``autotune bench search`` runs the loop of
@@ -20,8 +28,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from autotune._knobs import ServerConfig
+from autotune._slo import RequestLimits
 from autotune.bench import WorkloadSpec
 from autotune.sim import SimModel
+from autotune.space import METRICS, ConstraintSpec
 from autotune.study._evaluate import TrialContext, TrialEvaluator
 from autotune.study._record import METRIC_ATTRS, Outcome, TrialRecord
 
@@ -29,9 +39,11 @@ from autotune.study._record import METRIC_ATTRS, Outcome, TrialRecord
 STOP_S = 15.0
 
 #: Trial user attributes the oracle adds to what a real trial records: the GPU seconds the trial
-#: was charged (per GPU) and the configuration's noise-free value.
+#: was charged (per GPU), the configuration's noise-free value, and whether its noise-free
+#: figures meet every constraint of the space.
 GPU_S_ATTR = "oracle_gpu_s"
 TRUE_VALUE_ATTR = "oracle_true_value"
+TRUE_FEASIBLE_ATTR = "oracle_true_feasible"
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,8 @@ class Answer:
     failure_line: str | None = None
     #: The figures a trial records (:data:`~autotune.study._record.METRIC_ATTRS`), noise-free.
     metrics: Mapping[str, float | None] = field(default_factory=dict)
+    #: Every objective's value (a multi-objective space; ``None``: one objective).
+    values: tuple[float, ...] | None = None
 
     @property
     def seconds(self) -> float:
@@ -53,12 +67,26 @@ class Answer:
 
 
 class Oracle:
-    """Cached model answers for one profile and workload."""
+    """Cached model answers for one profile and workload: the value is ``metric``'s (the first
+    objective); ``metrics`` lists every objective of a multi-objective space; ``limits`` are the
+    per-request limits goodput counts against."""
 
-    def __init__(self, model: SimModel, workload: WorkloadSpec, *, metric: str = "output_tok_s"):
+    def __init__(
+        self,
+        model: SimModel,
+        workload: WorkloadSpec,
+        *,
+        metric: str = "output_tok_s",
+        metrics: tuple[str, ...] = (),
+        limits: RequestLimits | None = None,
+        constraints: tuple[ConstraintSpec, ...] = (),
+    ):
         self.model = model
         self.workload = workload
         self.metric = metric
+        self.metrics = metrics or (metric,)
+        self.limits = limits
+        self.constraints = constraints
         self.gpus = model.profile.hardware.gpu_count
         self._cached = lru_cache(maxsize=None)(self._answer)
 
@@ -69,12 +97,19 @@ class Oracle:
         verdict = self.model.evaluate(config, self.workload)
         value = None
         metrics: dict[str, float | None] = {}
+        values: tuple[float, ...] | None = None
         if verdict.status == "ok":
-            value = getattr(verdict, self.metric, None)
-            if value is None:
-                value = verdict.details.get(self.metric)
             metrics = {name: getattr(verdict, name, None) for name in METRIC_ATTRS}
-            metrics[self.metric] = value
+            if self.limits is not None and verdict.benchmark_s:
+                metrics["goodput"] = self.limits.goodput(verdict.requests, verdict.benchmark_s)
+            for name in self.metrics:
+                if metrics.get(name) is None:
+                    metrics[name] = verdict.details.get(name)
+            value = metrics.get(self.metric)
+            if len(self.metrics) > 1:
+                found = [metrics.get(m) for m in self.metrics]
+                values = None if None in found else tuple(float(v or 0.0) for v in found)
+                value = value if values is not None else None
         return Answer(
             verdict.status,
             value,
@@ -82,7 +117,18 @@ class Oracle:
             verdict.benchmark_s or 0.0,
             verdict.failure_line,
             metrics,
+            values,
         )
+
+    def violated(self, answer: Answer) -> list[str]:
+        """The constraints (as the space describes them) that ``answer``'s figures break."""
+        metrics = answer.metrics
+        return [c.describe() for c in self.constraints if c.violation(metrics.get(c.metric)) > 0]
+
+    def feasible(self, config: ServerConfig) -> bool:
+        """Whether ``config`` starts and its noise-free figures meet every constraint."""
+        answer = self.answer(config)
+        return answer.value is not None and not self.violated(answer)
 
     def measure(self, config: ServerConfig, *, noise: float, rng: random.Random) -> Answer:
         """The answer as one noisy measurement would report it."""
@@ -90,19 +136,30 @@ class Oracle:
         if answer.value is None or noise <= 0:
             return answer
         factor = max(0.5, rng.gauss(1.0, noise))
-        value = answer.value * factor
-        metrics = {**answer.metrics, self.metric: value}
+        metrics = {name: _noisy(name, v, factor) for name, v in answer.metrics.items()}
+        values = None
+        if answer.values is not None:
+            values = tuple(float(metrics[m] or 0.0) for m in self.metrics)
         return Answer(
             answer.status,
-            value,
+            metrics[self.metric],
             answer.startup_s,
             answer.benchmark_s,
             answer.failure_line,
             metrics,
+            values,
         )
 
     def gpu_hours(self, seconds: float) -> float:
         return seconds * self.gpus / 3600.0
+
+
+def _noisy(name: str, value: float | None, factor: float) -> float | None:
+    """``value`` as a run ``factor`` times as fast reads it: rates (throughputs, goodput) times
+    ``factor``, latencies divided by it; acceptance is the run's own and does not change."""
+    if value is None or name in ("accept_length", "accept_rate"):
+        return value
+    return value / factor if METRICS.get(name) == "minimize" else value * factor
 
 
 class OracleEvaluator(TrialEvaluator):
@@ -111,8 +168,8 @@ class OracleEvaluator(TrialEvaluator):
     One evaluator per study: its noise is seeded by the study's seed and drawn once per trial
     that the loop lets run (refused trials cost nothing and draw nothing). The record carries
     what a real trial records (outcome, the line that decided a crash, start-up and benchmark
-    seconds, the measured figures) plus :data:`GPU_S_ATTR` and :data:`TRUE_VALUE_ATTR` for the
-    benchmark's bookkeeping.
+    seconds, the measured figures) plus :data:`GPU_S_ATTR`, :data:`TRUE_VALUE_ATTR` and
+    :data:`TRUE_FEASIBLE_ATTR` for the benchmark's bookkeeping.
     """
 
     def __init__(self, oracle: Oracle, *, seed: int, noise: float = 0.02) -> None:
@@ -135,9 +192,11 @@ class OracleEvaluator(TrialEvaluator):
             startup_s=answer.startup_s,
             benchmark_s=answer.benchmark_s if measured else None,
             value=answer.value,
+            values=answer.values,
             metrics=dict(answer.metrics),
             extra={
                 GPU_S_ATTR: answer.seconds,
                 TRUE_VALUE_ATTR: self.oracle.answer(config).value,
+                TRUE_FEASIBLE_ATTR: self.oracle.feasible(config),
             },
         )

@@ -110,7 +110,7 @@ def run_study(
     study = optuna.create_study(
         study_name=name,
         storage=optuna.storages.InMemoryStorage(),
-        direction="minimize" if space.objective.direction == "minimize" else "maximize",
+        directions=[optuna.study.StudyDirection[d.upper()] for d in space.objective.directions],
     )
     finish_setup(study, space, engine, options)
     if plan.sequence is not None:

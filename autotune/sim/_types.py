@@ -211,3 +211,6 @@ class Verdict:
     e2e_median_ms: float | None = None
     e2e_p90_ms: float | None = None
     e2e_p99_ms: float | None = None
+    #: Every completed request's ``(ttft_s, tpot_s, e2e_s)`` (``tpot_s`` None with one output
+    #: token), in request order: what goodput counts against per-request limits.
+    requests: tuple[tuple[float, float | None, float], ...] = field(default=(), repr=False)

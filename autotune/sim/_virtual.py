@@ -14,6 +14,8 @@ decode step (or speculative cycle) of every running request, as SGLang streams a
   spans the prefill steps that paused decoding meanwhile.
 - TPOT: ``(e2e - ttft) / (output_tokens - 1)`` for requests with more than one output token;
   E2E: send to the last chunk.
+- Every completed request's own TTFT, TPOT and E2E (``Verdict.requests``), so that goodput can
+  be counted against per-request limits (:class:`autotune._slo.RequestLimits`).
 
 When nothing can be admitted the engine fast-forwards many identical decode cycles in one
 step (:meth:`~autotune.sim._engine.ServingEngine.step` with ``max_cycles``); its result still
@@ -241,6 +243,7 @@ class VirtualRun:
         proposed = self.verify_ct * max(0, n_draft - 1)
         latency = self._latency(done)
         return Verdict(
+            requests=tuple(self._request(i) for i in done),
             status="ok",
             output_tok_s=out_tokens / duration,
             accept_length=self.completion / self.verify_ct if self.verify_ct else None,
@@ -260,6 +263,13 @@ class VirtualRun:
             },
             **latency,
         )
+
+    def _request(self, i: int) -> tuple[float, float | None, float]:
+        """Request ``i``'s ``(ttft_s, tpot_s, e2e_s)``, as the client measures them."""
+        first = self.first[i] - self.start[i]
+        last = self.last_chunk[i] - self.start[i]
+        out = self.lengths[i][1]
+        return first, (last - first) / (out - 1) if out > 1 else None, last
 
     def _latency(self, done: list[int]) -> dict[str, float | None]:
         """The ``<family>_<stat>_ms`` figures of the completed requests."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._document import Section, suggest
 from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
+from autotune._slo import LIMIT_KEYS, RequestLimits
 from autotune._workload import WorkloadSpec
 from autotune.engines import EngineSpec, engine_class
 from autotune.space._confirm import ConfirmSpec
@@ -21,16 +22,20 @@ if TYPE_CHECKING:
     import optuna
     from optuna.distributions import BaseDistribution
 
-#: Metrics an objective or a constraint may name, with the direction that is better.
+#: Metrics an objective or a constraint may name, with the direction that is better: the
+#: throughputs, acceptance, goodput (needs ``objective.slo``) and bench_serving's latency
+#: figures (``<ttft|tpot|itl|e2e>_<mean|median|p90|p99>_ms``).
 METRICS: Mapping[str, str] = {
     "output_tok_s": "maximize",
     "total_tok_s": "maximize",
     "request_throughput": "maximize",
+    "goodput": "maximize",
     "accept_length": "maximize",
-    "ttft_p99_ms": "minimize",
-    "itl_p99_ms": "minimize",
-    "tpot_p99_ms": "minimize",
-    "e2e_p99_ms": "minimize",
+    **{
+        f"{family}_{stat}_ms": "minimize"
+        for family in ("ttft", "tpot", "itl", "e2e")
+        for stat in ("mean", "median", "p90", "p99")
+    },
 }
 SCORES = ("median", "conservative")
 _FINGERPRINT_VERSION = 1
@@ -77,6 +82,11 @@ class ObjectiveSpec:
     ``score`` ``median`` takes the median over the workload's repeats; ``conservative`` takes
     ``median - mad_k * MAD`` when maximising (``+`` when minimising), so a noisy configuration
     does not win on one lucky run.
+
+    Several objectives (``metrics``, each with its direction in ``directions``) make a
+    multi-objective study; ``metric`` and ``direction`` are always the first one's (the
+    speed-up, the early stop and the benchmark's optimum follow it). ``slo``: the per-request
+    limits that ``goodput`` counts against.
     """
 
     metric: str = "output_tok_s"
@@ -84,8 +94,39 @@ class ObjectiveSpec:
     score: str = "median"
     mad_k: float = 1.0
     constraints: tuple[ConstraintSpec, ...] = ()
+    metrics: tuple[str, ...] = ()
+    directions: tuple[str, ...] = ()
+    slo: RequestLimits | None = None
+
+    def __post_init__(self) -> None:
+        if not self.metrics:
+            object.__setattr__(self, "metrics", (self.metric,))
+            object.__setattr__(self, "directions", (self.direction,))
+
+    @property
+    def multi(self) -> bool:
+        """Several objectives: a multi-objective study."""
+        return len(self.metrics) > 1
+
+    def fingerprint_body(self) -> dict[str, Any]:
+        """The objective as the space's fingerprint hashes it (a single objective without
+        ``slo`` hashes as it did before several objectives and limits existed)."""
+        body = asdict(self)
+        for key in ("metrics", "directions", "slo"):
+            body.pop(key)
+        if self.multi:
+            body["metrics"], body["directions"] = list(self.metrics), list(self.directions)
+        if self.slo is not None:
+            body["slo"] = self.slo.to_mapping()
+        return body
 
     def describe(self) -> str:
+        if self.multi:
+            pairs = ", ".join(
+                f"{d} {m}" for m, d in zip(self.metrics, self.directions, strict=True)
+            )
+            how = "medians" if self.score == "median" else "conservative scores"
+            return f"{pairs} (a Pareto front; {how} over repeats)"
         text = f"{self.direction} {self.metric}"
         if self.score == "conservative":
             text += f" (conservative: median {'-' if self.direction == 'maximize' else '+'}"
@@ -166,7 +207,7 @@ class SearchSpace:
                 for p in self.parameters
             ],
             "fixed": dict(sorted(self.fixed.items())),
-            "objective": asdict(self.objective),
+            "objective": self.objective.fingerprint_body(),
             "workload": self.workload.to_mapping(),
         }
         text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
@@ -249,6 +290,9 @@ class SearchSpace:
         lines.append(f"objective:  {self.objective.describe()}")
         for c in self.objective.constraints:
             lines.append(f"            subject to {c.describe()}")
+        if self.objective.slo is not None:
+            slo = self.objective.slo.describe()
+            lines.append(f"            goodput counts the requests within {slo}")
         width = max(len(p.name) for p in self.parameters)
         lines.append(f"parameters: {len(self.parameters)}")
         for p in self.parameters:
@@ -276,22 +320,16 @@ class SearchSpace:
 
 def parse_objective(sec: Section) -> ObjectiveSpec:
     """Read the ``objective`` section (every key optional: output_tok_s, maximised)."""
-    sec.check_keys(("metric", "direction", "score", "mad_k", "constraints"))
-    metric = sec.get("metric", "output_tok_s")
-    if not isinstance(metric, str) or metric not in METRICS:
-        raise sec.error(f"unknown metric {metric!r}", "metric", hint=suggest(str(metric), METRICS))
-    direction = sec.get("direction", METRICS[metric])
-    if direction not in ("maximize", "minimize"):
-        raise sec.error(
-            f"direction {direction!r} is not allowed",
-            "direction",
-            hint="allowed: maximize, minimize",
-        )
+    sec.check_keys(
+        ("metric", "direction", "metrics", "directions", "score", "mad_k", "constraints", "slo")
+    )
+    metrics, directions = _objectives(sec)
     score = sec.get("score", "median")
     if score not in SCORES:
         raise sec.error(
             f"score {score!r} is not allowed", "score", hint="allowed: " + ", ".join(SCORES)
         )
+    slo = _slo(sec)
     raw = sec.get("constraints") or []
     if not isinstance(raw, list):
         raise sec.error(
@@ -320,9 +358,110 @@ def parse_objective(sec: Section) -> ObjectiveSpec:
             raise c.error("a constraint needs max or min (or both)", hint="e.g. max: 30000")
         if low is not None and high is not None and low >= high:
             raise c.error(f"min ({low:g}) must be below max ({high:g})", "min")
+        if name == "goodput" and slo is None:
+            raise c.error(
+                "a goodput constraint needs the per-request limits objective.slo",
+                "metric",
+                hint="e.g. slo: {ttft_ms: 2000, tpot_ms: 50}",
+            )
         constraints.append(ConstraintSpec(name, max=high, min=low))
     mad_k = sec.number("mad_k", 1.0)
-    return ObjectiveSpec(metric, direction, score, mad_k, tuple(constraints))
+    return ObjectiveSpec(
+        metrics[0],
+        directions[0],
+        score,
+        mad_k,
+        tuple(constraints),
+        metrics=tuple(metrics),
+        directions=tuple(directions),
+        slo=slo,
+    )
+
+
+def _objectives(sec: Section) -> tuple[list[str], list[str]]:
+    """The objective metrics and their directions: ``metric`` (+ ``direction``) or ``metrics``
+    (+ ``directions``, each defaulting to the metric's better direction)."""
+    if "metrics" in sec.data and ("metric" in sec.data or "direction" in sec.data):
+        key = "metric" if "metric" in sec.data else "direction"
+        raise sec.error(
+            f"give either {key} or metrics, not both",
+            key,
+            hint="metrics: [output_tok_s, tpot_p99_ms] lists several objectives",
+        )
+    if "directions" in sec.data and "metrics" not in sec.data:
+        raise sec.error("directions without metrics", "directions", hint="use direction")
+    if "metrics" in sec.data:
+        raw = sec.get("metrics")
+        if not isinstance(raw, list) or not raw:
+            raise sec.error(
+                "metrics must be a non-empty list",
+                "metrics",
+                hint="e.g. [output_tok_s, tpot_p99_ms]",
+            )
+        metrics = []
+        for i, name in enumerate(raw):
+            if not isinstance(name, str) or name not in METRICS:
+                raise sec.doc.error(
+                    f"unknown metric {name!r}",
+                    (*sec.path, "metrics", i),
+                    hint=suggest(str(name), METRICS),
+                )
+            if name in metrics:
+                raise sec.doc.error(f"{name} is listed twice", (*sec.path, "metrics", i))
+            metrics.append(name)
+        given = sec.get("directions")
+        if given is None:
+            directions = [METRICS[m] for m in metrics]
+        elif not isinstance(given, list) or len(given) != len(metrics):
+            raise sec.error(
+                f"directions must be a list of {len(metrics)} (one per metric)", "directions"
+            )
+        else:
+            directions = list(given)
+        for i, d in enumerate(directions):
+            if d not in ("maximize", "minimize"):
+                raise sec.doc.error(
+                    f"direction {d!r} is not allowed",
+                    (*sec.path, "directions", i),
+                    hint="allowed: maximize, minimize",
+                )
+        return metrics, directions
+    metric = sec.get("metric", "output_tok_s")
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise sec.error(f"unknown metric {metric!r}", "metric", hint=suggest(str(metric), METRICS))
+    direction = sec.get("direction", METRICS[metric])
+    if direction not in ("maximize", "minimize"):
+        raise sec.error(
+            f"direction {direction!r} is not allowed",
+            "direction",
+            hint="allowed: maximize, minimize",
+        )
+    return [metric], [direction]
+
+
+def _slo(sec: Section) -> RequestLimits | None:
+    """The per-request limits of ``objective.slo`` (``None`` when absent); ``goodput`` as an
+    objective needs them."""
+    raw = sec.get("slo")
+    wants = "goodput" in (sec.get("metrics") or [sec.get("metric")])
+    if raw is None:
+        if wants:
+            raise sec.error(
+                "goodput needs the per-request limits objective.slo",
+                "metrics" if "metrics" in sec.data else "metric",
+                hint="e.g. slo: {ttft_ms: 2000, tpot_ms: 50}",
+            )
+        return None
+    if not isinstance(raw, dict):
+        raise sec.error(
+            "slo must be a mapping", "slo", hint="e.g. slo: {ttft_ms: 2000, tpot_ms: 50}"
+        )
+    limits = Section(sec.doc, (*sec.path, "slo"), raw)
+    limits.check_keys(tuple(LIMIT_KEYS))
+    values = {key: limits.number(key, None) for key in LIMIT_KEYS}
+    if all(v is None for v in values.values()):
+        raise limits.error("slo needs at least one limit", hint="keys: " + ", ".join(LIMIT_KEYS))
+    return RequestLimits(**values)
 
 
 def _describe_workload(w: WorkloadSpec) -> str:

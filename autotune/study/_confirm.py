@@ -35,7 +35,7 @@ from autotune._knobs import ServerConfig
 from autotune._stats import ratio_interval
 from autotune.space import ConfirmSpec, SearchSpace
 from autotune.study._evaluate import TrialContext, TrialEvaluator, TrialFiles, TrialHooks
-from autotune.study._record import STUDY_CONFIRMATION, TrialRecord
+from autotune.study._record import STUDY_CONFIRMATION, TrialRecord, first_value
 from autotune.study._verdict import ArmFigure, Verdict, judge
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def candidates(study: optuna.Study, space: SearchSpace, count: int) -> list[Arm]
         if config in seen:
             continue
         seen.append(config)
-        arms.append(Arm(f"trial {t.number}", t.number, config, dict(t.params), t.value))
+        arms.append(Arm(f"trial {t.number}", t.number, config, dict(t.params), first_value(t)))
         if len(arms) > count:
             break
     return arms

@@ -6,8 +6,12 @@ Every finished trial carries these user attributes, whatever its outcome:
                     ``port_in_use``), ``infeasible`` (refused before launch), ``timeout``,
                     ``interrupted``, or ``surplus`` (given back unrun: other workers held the
                     study's last trials); the values of :class:`Outcome`
-``output_tok_s``, ``accept_length``, ``accept_rate``, ``ttft_p99_ms``, ``itl_p99_ms``
-                    measured figures (``None`` where not measured)
+``output_tok_s``, ``total_tok_s``, ``request_throughput``, ``goodput``, ``accept_length``,
+``accept_rate``, ``<ttft|tpot|itl|e2e>_<mean|median|p90|p99>_ms``
+                    measured figures, medians over repeats (``None`` where not measured;
+                    ``goodput`` only where the space gives per-request limits); every metric an
+                    objective or a constraint may name is among them
+``values``          every objective's value, in the space's order (multi-objective studies)
 ``startup_s``       seconds from launch to ready, or to the line that decided a crash
 ``command``         the launch command line as a user would type it, secrets redacted
 ``failure_line``    the log line that decided a crash outcome
@@ -31,7 +35,7 @@ figures and the review notebook read records, never the attributes themselves.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -118,13 +122,19 @@ CRASH_OUTCOMES: tuple[Outcome, ...] = (
 
 ROLES = ("baseline", "enqueued", "informed", "search", "rerun")
 
-#: Metric user attributes recorded on every finished trial.
+#: Metric user attributes recorded on every finished trial (the benchmark's medians).
 METRIC_ATTRS: tuple[str, ...] = (
     "output_tok_s",
+    "total_tok_s",
+    "request_throughput",
+    "goodput",
     "accept_length",
     "accept_rate",
-    "ttft_p99_ms",
-    "itl_p99_ms",
+    *(
+        f"{family}_{stat}_ms"
+        for family in ("ttft", "tpot", "itl", "e2e")
+        for stat in ("mean", "median", "p90", "p99")
+    ),
 )
 
 # System attributes (not shown as user data; Optuna-internal bookkeeping of autotune)
@@ -163,7 +173,11 @@ class TrialRecord:
     advice: str | None = None
     startup_s: float | None = None
     benchmark_s: float | None = None
+    #: The (first) objective's value.
     value: float | None = None
+    #: Every objective's value (a multi-objective study); ``None``: one objective.
+    values: tuple[float, ...] | None = None
+    #: The figures of :data:`METRIC_ATTRS` by name (``None`` where not measured).
     metrics: dict[str, float | None] = field(default_factory=dict)
     #: The objective over the baseline's (measured trials, once the baseline is measured).
     speedup: float | None = None
@@ -186,11 +200,22 @@ class TrialRecord:
     def accept_length(self) -> float | None:
         return self.metrics.get("accept_length")
 
+    def metric(self, name: str) -> float | None:
+        """One recorded figure by its name (``None`` where not measured)."""
+        return self.metrics.get(name)
+
     @classmethod
-    def from_attrs(cls, attrs: Mapping[str, Any], *, value: float | None = None) -> TrialRecord:
+    def from_attrs(
+        cls,
+        attrs: Mapping[str, Any],
+        *,
+        value: float | None = None,
+        values: Sequence[float] | None = None,
+    ) -> TrialRecord:
         """The record of a trial's user attributes, each parsed once: numbers that are not
         numbers and texts that are not texts read as ``None``; a missing role as ``search``; a
-        missing or unknown outcome as :attr:`Outcome.UNKNOWN`. ``value``: the trial's value."""
+        missing or unknown outcome as :attr:`Outcome.UNKNOWN`. ``value``: the trial's value;
+        ``values``: its values, where it has several."""
         config = attrs.get("config")
         return cls(
             outcome=Outcome.parse(attrs.get("outcome")) or Outcome.UNKNOWN,
@@ -201,6 +226,7 @@ class TrialRecord:
             startup_s=_number(attrs.get("startup_s")),
             benchmark_s=_number(attrs.get("benchmark_s")),
             value=value,
+            values=tuple(values) if values is not None and len(values) > 1 else None,
             metrics={name: _number(attrs.get(name)) for name in METRIC_ATTRS},
             speedup=_number(attrs.get("speedup")),
             config=dict(config) if isinstance(config, dict) else None,
@@ -211,7 +237,8 @@ class TrialRecord:
     @classmethod
     def from_trial(cls, trial: optuna.trial.FrozenTrial) -> TrialRecord:
         """The record of a finished trial (see :meth:`from_attrs`)."""
-        return cls.from_attrs(trial.user_attrs, value=trial.value)
+        values = trial.values
+        return cls.from_attrs(trial.user_attrs, value=values[0] if values else None, values=values)
 
     def user_attrs(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {
@@ -233,6 +260,8 @@ class TrialRecord:
         if self.benchmark_error is not None:
             attrs["benchmark_error"] = self.benchmark_error
         attrs.update(self.extra)
+        if self.values is not None:
+            attrs["values"] = [round(float(v), 4) for v in self.values]
         if self.speedup is not None:
             attrs["speedup"] = self.speedup
         if self.config is not None:
@@ -249,6 +278,13 @@ class TrialRecord:
             return f"trial {number} [{self.role}] ok: {self.value:.1f} {metric}{tail}  {knobs}"
         when = f" after {self.startup_s:.1f} s" if self.startup_s is not None else ""
         return f"trial {number} [{self.role}] {self.outcome}{when}  {knobs}"
+
+
+def first_value(trial: optuna.trial.FrozenTrial) -> float | None:
+    """A finished trial's (first) objective value; ``None`` when it has none. (``trial.value``
+    raises on a multi-objective study's trial.)"""
+    values = trial.values
+    return float(values[0]) if values else None
 
 
 def outcome_of(user_attrs: Mapping[str, Any]) -> Outcome | None:

@@ -65,6 +65,7 @@ from autotune.study._record import (
     SYS_PROCESS,
     Outcome,
     TrialRecord,
+    first_value,
     outcome_of,
 )
 from autotune.study._sampler import build_sampler
@@ -527,7 +528,9 @@ class StudyRunner:
         finally:
             self.interrupts.watch_server(None)
         state = TrialState.COMPLETE if record.measured else TrialState.PRUNED
-        values = record.value if record.measured else None
+        values: float | Sequence[float] | None = None
+        if record.measured:
+            values = record.values if self.space.objective.multi else record.value
         self.study.tell(trial, values, state=state)
         progress.finished(
             self.finished_count(),
@@ -605,8 +608,9 @@ class StudyRunner:
 
     def baseline_value(self) -> float | None:
         for t in self._completed():
-            if t.user_attrs.get("role") == "baseline" and t.value is not None:
-                return float(t.value)
+            value = first_value(t)
+            if t.user_attrs.get("role") == "baseline" and value is not None:
+                return value
         return None
 
     def constraints(self, trial: optuna.trial.FrozenTrial) -> list[float]:
@@ -620,31 +624,33 @@ class StudyRunner:
         return values
 
     def _best(self) -> optuna.trial.FrozenTrial | None:
+        """The best feasible trial by the (first) objective."""
         feasible = [
             t
             for t in self._completed()
-            if t.value is not None and all(v <= 0 for v in self.constraints(t))
+            if first_value(t) is not None and all(v <= 0 for v in self.constraints(t))
         ]
         if not feasible:
             return None
         maximize = self.space.objective.direction == "maximize"
-        return (max if maximize else min)(feasible, key=lambda t: float(t.value or 0.0))
+        return (max if maximize else min)(feasible, key=lambda t: first_value(t) or 0.0)
 
     def _best_text(self) -> str:
         best = self._best()
-        if best is None or best.value is None:
+        value = None if best is None else first_value(best)
+        if best is None or value is None:
             return "-"
         speedup = TrialRecord.from_trial(best).speedup
-        text = f"{best.value:.1f} (trial {best.number})"
+        text = f"{value:.1f} (trial {best.number})"
         return text + (f" x{speedup:.2f}" if speedup is not None else "")
 
     def _early_stop(self) -> Any:
         best = self._best()
-        if best is None or best.value is None:
+        best_value = None if best is None else first_value(best)
+        if best_value is None:
             return None
         metric = self.space.objective.metric
         maximize = self.space.objective.direction == "maximize"
-        best_value = float(best.value)
 
         def stop(results: Sequence[BenchmarkResult]) -> bool:
             values = [r.metrics().get(metric) for r in results]

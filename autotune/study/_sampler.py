@@ -8,6 +8,9 @@ the study in which:
 * every crashed or refused trial appears as a COMPLETE trial with the worst value measured so far
   and a violated constraint (``starts > 0``), so GPSampler's constrained acquisition (LogCEI) and
   TPE's feasibility split both learn the crashed region;
+* a measured trial over a latency limit of the space (``objective.constraints``) keeps its
+  figures and its violated constraint, so the constrained acquisition learns where the limits
+  bind;
 * the baseline trial (no speculation, outside the space) is left out;
 * proposals the tuner already knows cannot start (the engine's rules, its release, known
   incompatibilities, the memory estimate, lessons of earlier crashes; see
@@ -273,6 +276,9 @@ def build_sampler(
     learn_from_crashes: bool = True,
 ) -> AutotuneSampler:
     """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE).
+
+    Both handle a multi-objective study (GPSampler: log expected hypervolume improvement,
+    constrained; TPE: its multi-objective split), with the same constraints.
 
     ``learn_from_crashes=False`` hides crashes from the base sampler's model (the search
     benchmark's ``no-learning`` ablation).

@@ -295,7 +295,7 @@ def create_or_load(
             )
         space = load_study_space(study, options.space_path)
         if study.metric_names is None:  # a study from before metric names: named now
-            name_objectives(study, [space.objective.metric])
+            name_objectives(study, list(space.objective.metrics))
         return study, space
     assert space is not None
     if paths.name in existing:
@@ -327,12 +327,11 @@ def create_or_load(
                 f"study {paths.name!r} already exists with another search space",
                 hint="choose another --study-name for this space",
             )
-    direction = space.objective.direction
     try:
         study = optuna.create_study(
             study_name=paths.name,
             storage=storage,
-            direction="minimize" if direction == "minimize" else "maximize",
+            directions=[optuna.study.StudyDirection[d.upper()] for d in space.objective.directions],
         )
     except optuna.exceptions.DuplicatedStudyError as e:
         raise StorageError(
@@ -354,7 +353,7 @@ def _store_space(study: optuna.Study, space: SearchSpace, paths: StudyPaths) -> 
     """
     from autotune.study._storage import artifact_store
 
-    name_objectives(study, [space.objective.metric])
+    name_objectives(study, list(space.objective.metrics))
     try:
         store = artifact_store(paths)
     except StorageError as e:  # the run refuses it with its message; the space is still kept

@@ -47,7 +47,7 @@ from autotune.study._evaluate import (
     refusal,
 )
 from autotune.study._feasibility import Feasibility
-from autotune.study._record import Outcome, TrialRecord
+from autotune.study._record import METRIC_ATTRS, Outcome, TrialRecord
 
 log = logging.getLogger("autotune.study")
 
@@ -223,6 +223,7 @@ class TrialRunner:
             read_timeout_s=silence,
             headers=launch.auth_headers,
             server_api=self.engine.server_api(),
+            limits=self.space.objective.slo,
         )
         client = BenchmarkClient(launch.url, options)
         started = time.monotonic()
@@ -269,7 +270,7 @@ class TrialRunner:
         else:
             record.outcome = Outcome.OTHER_CRASH
             record.failure_line = detail
-        record.value = None
+        record.value = record.values = None
         record.benchmark_error = detail
 
     def _record_measurement(
@@ -278,13 +279,14 @@ class TrialRunner:
         med = measurement.medians
         obj = self.objective
         record.value = measurement.score(obj.metric, kind=obj.score, mad_k=obj.mad_k)
-        for name in ("output_tok_s", "accept_length", "accept_rate", "ttft_p99_ms", "itl_p99_ms"):
+        if obj.multi:
+            record.values = tuple(
+                measurement.score(m, kind=obj.score, mad_k=obj.mad_k) for m in obj.metrics
+            )
+        for name in METRIC_ATTRS:
             record.metrics[name] = med.get(name)
         record.extra.update(
             {
-                "total_tok_s": _round(med.get("total_tok_s")),
-                "tpot_p99_ms": _round(med.get("tpot_p99_ms")),
-                "e2e_p99_ms": _round(med.get("e2e_p99_ms")),
                 "failed_requests": int(sum(r.failed for r in measurement.results)),
                 "repeats": len(measurement.results),
                 "stopped_early": measurement.stopped_early,

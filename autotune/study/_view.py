@@ -1,7 +1,10 @@
 """The study as the sampler's model sees it: crashes as infeasible points, phantoms, draft fill.
 
 See :mod:`autotune.study._sampler` for why. Trials are translated into COMPLETE trials of the
-model's space; the study itself is never changed.
+model's space; the study itself is never changed. A measured trial that broke a latency limit
+of the space stays what it is, a measured point, with its violated constraint: the sampler
+learns the region beyond the limit as infeasible, not as a crash. A multi-objective study's
+trials keep every value.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class StudyView(SamplerStudy):
         self._fill = fill or DraftFill(space)
         self._required = {p.name for p in space.parameters if not p.when}
         self._phantoms: list[FrozenTrial] = []
-        self._worst = 0.0
+        self._worst: list[float] = [0.0] * len(space.objective.metrics)
         self._real = self._build()
 
     def add_phantom(self, params: Mapping[str, Any]) -> None:
@@ -66,23 +69,25 @@ class StudyView(SamplerStudy):
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
         )
         usable = [t for t in finished if t.params and self._required <= set(t.params)]
-        measured = [
-            t.value for t in usable if t.state == TrialState.COMPLETE and t.value is not None
-        ]
+        measured = [t.values for t in usable if t.state == TrialState.COMPLETE and t.values]
         if measured:
-            maximize = self._study.direction == optuna.study.StudyDirection.MAXIMIZE
-            self._worst = min(measured) if maximize else max(measured)
+            # the worst value of each objective: a crash is as bad as the worst measured trial
+            for i, direction in enumerate(self._study.directions):
+                column = [v[i] for v in measured]
+                maximize = direction == optuna.study.StudyDirection.MAXIMIZE
+                self._worst[i] = min(column) if maximize else max(column)
         out = []
         for t in usable:
             outcome = outcome_of(t.user_attrs)
-            if t.state == TrialState.COMPLETE and outcome is Outcome.OK and t.value is not None:
+            if t.state == TrialState.COMPLETE and outcome is Outcome.OK and t.values:
                 out.append(self._frozen(t.params, t))
             elif outcome is not None and outcome.unmeasurable and self._with_crashes:
                 out.append(self._frozen(t.params, None))
         return out
 
     def _frozen(self, params: Mapping[str, Any], source: FrozenTrial | None) -> FrozenTrial:
-        """A COMPLETE trial: the measured one, or a crashed one at the worst value."""
+        """A COMPLETE trial: the measured one (a latency limit it broke as a violated
+        constraint), or a crashed one at the worst value of every objective."""
         dists = self._fill.distributions(self._space.distributions())
         params = self._fill.to_model(params)
         constraints: tuple[float, ...]
@@ -90,10 +95,10 @@ class StudyView(SamplerStudy):
             constraints = tuple(self._constraints(source))
         else:
             constraints = (1.0,) * (1 + len(self._space.objective.constraints))
-        value = self._worst if source is None or source.value is None else source.value
+        values = list(self._worst) if source is None or not source.values else source.values
         return optuna.trial.create_trial(
             state=TrialState.COMPLETE,
-            value=value,
+            values=values,
             params={k: params[k] for k in dists if k in params},
             distributions={k: d for k, d in dists.items() if k in params},
             system_attrs=constraint_system_attrs(constraints),
