@@ -10,7 +10,9 @@ each is taken at ``1 - (1 - confidence) / k`` (Bonferroni), so the chance that a
 interval misses is at most ``1 - confidence``.
 
 After ``min_rounds``, a candidate whose interval against the leader lies wholly below it is
-dropped (it stops being started); a candidate that fails to start twice is dropped as unstable.
+dropped (it stops being started); a candidate that fails to start twice is dropped as unstable,
+and one that breaks the space's limits (``objective.constraints``) in two runs and in more than
+half of its runs is dropped as over them.
 The confirmation ends when the leader is decided against the baseline (its interval above 1,
 below 1, or within ``margin`` of 1) and stands apart from the others (alone, or every other
 within ``margin``), or when ``max_rounds`` is reached. The verdict follows
@@ -100,6 +102,8 @@ class Measurement:
     value: float | None
     outcome: str
     gpu_s: float
+    #: The space's limits this run broke (``tpot_p99_ms <= 50``), if any.
+    broke: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +112,7 @@ class Measurement:
             "value": self.value,
             "outcome": self.outcome,
             "gpu_s": round(self.gpu_s, 3),
+            "broke": list(self.broke),
         }
 
 
@@ -163,6 +168,7 @@ class Confirmation:
                     float(value) if isinstance(value, (int, float)) else None,
                     str(m.get("outcome") or "ok"),
                     float(m.get("gpu_s") or 0.0),
+                    tuple(str(b) for b in m.get("broke") or ()),
                 )
             )
         return out
@@ -259,7 +265,12 @@ class Confirmation:
         wall = time.monotonic() - started
         value = record.value if record.measured else None
         cost = self.evaluator.gpu_seconds(record, wall, self.gpus)
-        return Measurement(r, arm.key, value, str(record.outcome), cost)
+        broke = tuple(
+            c.describe()
+            for c in self.space.objective.constraints
+            if value is not None and c.violation(record.metric(c.metric)) > 0
+        )
+        return Measurement(r, arm.key, value, str(record.outcome), cost, broke)
 
     def _line(self, m: Measurement, done: Sequence[Measurement]) -> str:
         metric = self.space.objective.metric
@@ -301,6 +312,8 @@ class Confirmation:
         figures = []
         for arm in arms[1:]:
             failed = sum(1 for m in done if m.arm == arm.key and m.value is None)
+            mine = [m for m in done if m.arm == arm.key and m.value is not None]
+            over = [m for m in mine if m.broke]
             interval = ratio_interval(self._pairs(done, arm.key, BASELINE), level)
             figures.append(
                 ArmFigure(
@@ -316,6 +329,8 @@ class Confirmation:
                     dropped=(
                         f"did not start in {failed} confirmation runs"
                         if failed >= MAX_FAILED_STARTS
+                        else f"broke {over[-1].broke[0]} in {len(over)} of {len(mine)} runs"
+                        if len(over) >= MAX_FAILED_STARTS and 2 * len(over) > len(mine)
                         else None
                     ),
                 )

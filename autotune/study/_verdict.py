@@ -158,13 +158,13 @@ def judge(
 
     standing = [f for f in figures if f.dropped is None and f.ratio is not None]
     if not standing:
-        standing = [f for f in figures if f.ratio is not None]
-    if not standing:
-        why = (
-            "no speculative configuration was measured"
-            if not figures
-            else "no candidate was measured beside the baseline in two rounds"
-        )
+        dropped = [f"{f.key} {f.dropped}" for f in figures if f.dropped is not None]
+        if not figures:
+            why = "no speculative configuration was measured"
+        elif dropped:
+            why = "every candidate was dropped: " + "; ".join(dropped)
+        else:
+            why = "no candidate was measured beside the baseline in two rounds"
         return verdict("none", f"not confirmed: {why}", None, None)
     leader = max(standing, key=lambda f: f.ratio or 0.0)
     assert leader.low is not None and leader.high is not None
