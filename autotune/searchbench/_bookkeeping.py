@@ -7,18 +7,21 @@ The incumbent after each trial is the configuration with the best *measured* val
 user would pick it), judged by its *true* value. A study "reaches" a share of the optimum at the
 first trial whose incumbent's true value is at least that share; trials and GPU hours are
 counted up to and including that trial (the baseline trial counts: the tuner always runs it).
+
+With a load mix, each load point's winner at the end of the study (the configuration measured
+best at that point) is judged by its true value at that point against the point's own optimum.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.searchbench._oracle import GPU_S_ATTR, TRUE_VALUE_ATTR
-from autotune.study._record import Outcome, outcome_of
+from autotune.searchbench._oracle import GPU_S_ATTR, TRUE_LOADS_ATTR, TRUE_VALUE_ATTR
+from autotune.study._record import Outcome, TrialRecord, outcome_of
 
 if TYPE_CHECKING:
     import optuna
@@ -36,6 +39,9 @@ class TrialTrace:
     measured: float | None
     true_value: float | None
     seconds: float
+    #: With a load mix: the measured and the noise-free objective at each load point.
+    measured_loads: Mapping[str, float] = field(default_factory=dict)
+    true_loads: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,15 @@ def trace_of(study: optuna.Study, strategy: str, seed: int) -> StudyTrace:
         attrs = t.user_attrs
         outcome = outcome_of(attrs)
         true = attrs.get(TRUE_VALUE_ATTR)
+        record = TrialRecord.from_attrs(attrs)
+        measured_loads = {
+            k: v for k in record.loads if (v := record.at_load(k)) is not None
+        }
+        true_loads = {
+            str(k): float(v)
+            for k, v in (attrs.get(TRUE_LOADS_ATTR) or {}).items()
+            if isinstance(v, (int, float))
+        }
         trials.append(
             TrialTrace(
                 t.number,
@@ -62,6 +77,8 @@ def trace_of(study: optuna.Study, strategy: str, seed: int) -> StudyTrace:
                 t.value if t.state == TrialState.COMPLETE else None,
                 None if true is None else float(true),
                 float(attrs.get(GPU_S_ATTR) or 0.0),
+                measured_loads if t.state == TrialState.COMPLETE else {},
+                true_loads,
             )
         )
     return StudyTrace(strategy, seed, tuple(sorted(trials, key=lambda t: t.number)))
@@ -78,9 +95,49 @@ class StudyScore:
     crash_share: float
     crashes: int
     refused: int
+    #: With a load mix: each load point's winner (best measured there, baseline aside), its
+    #: true value's share of that point's optimum.
+    load_shares: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def loads_within_98(self) -> bool | None:
+        """Whether every load point's winner is within 98% of that point's optimum."""
+        if not self.load_shares:
+            return None
+        return all(v >= 0.98 - 1e-12 for v in self.load_shares.values())
 
 
-def score_study(trace: StudyTrace, optimum: float, gpus: int, *, maximize: bool) -> StudyScore:
+def load_winner_shares(
+    trace: StudyTrace, optima: Mapping[str, float], *, maximize: bool
+) -> dict[str, float]:
+    """Per load point: the true value of the configuration measured best there (the baseline
+    aside, as it is outside the space), as a share of the point's optimum (0: none measured)."""
+    shares: dict[str, float] = {}
+    for label, optimum in optima.items():
+        best: TrialTrace | None = None
+        for trial in trace.trials:
+            mine = trial.measured_loads.get(label)
+            if trial.role == "baseline" or mine is None or label not in trial.true_loads:
+                continue
+            theirs = None if best is None else best.measured_loads[label]
+            if theirs is None or (mine > theirs if maximize else mine < theirs):
+                best = trial
+        if best is None:
+            shares[label] = 0.0
+            continue
+        true = best.true_loads[label]
+        shares[label] = true / optimum if maximize else optimum / true
+    return shares
+
+
+def score_study(
+    trace: StudyTrace,
+    optimum: float,
+    gpus: int,
+    *,
+    maximize: bool,
+    load_optima: Mapping[str, float] | None = None,
+) -> StudyScore:
     best_measured: float | None = None
     incumbent_true = 0.0
     history: list[float] = []
@@ -119,6 +176,7 @@ def score_study(trace: StudyTrace, optimum: float, gpus: int, *, maximize: bool)
         crash_seconds / seconds if seconds > 0 else 0.0,
         crashes,
         refused,
+        load_winner_shares(trace, load_optima, maximize=maximize) if load_optima else {},
     )
 
 
@@ -135,6 +193,8 @@ class StrategySummary:
     median_crash_share: float
     median_final: float  # incumbent's share of the optimum at the end of the budget
     median_gpu_hours: float
+    #: With a load mix: seeds whose every per-load winner is within 98% of the per-load optimum.
+    loads_within_98: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -156,6 +216,11 @@ def summarise(scores: Sequence[StudyScore]) -> StrategySummary:
         median_crash_share=statistics.median(s.crash_share for s in scores),
         median_final=statistics.median(s.history[-1] if s.history else 0.0 for s in scores),
         median_gpu_hours=statistics.median(s.gpu_hours for s in scores),
+        loads_within_98=(
+            None
+            if scores[0].loads_within_98 is None
+            else sum(bool(s.loads_within_98) for s in scores)
+        ),
     )
 
 

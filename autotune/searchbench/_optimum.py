@@ -3,7 +3,8 @@
 Every parameter must take finitely many values (int ranges, stepped floats, categoricals).
 Configurations SGLang's rules refuse are skipped, as the tuner never launches them. The result
 also tells how the space is made: how many configurations start, crash (by category) or are
-refused.
+refused. With a load mix it also holds the optimum at each load point (the best configuration
+of the space at that load alone), from the same evaluations.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class Optimum:
     #: How many configurations reach 95% and 98% of the optimum.
     near_95: int = 0
     near_98: int = 0
+    #: With a load mix: the best value at each load point (by label) and its parameters.
+    loads: dict[str, float] = field(default_factory=dict)
+    load_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def grid(space: SearchSpace) -> Iterator[dict[str, Any]]:
@@ -65,6 +69,7 @@ def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = Non
     statuses: Counter[str] = Counter()
     values: list[float] = []
     best: tuple[float, dict[str, Any]] | None = None
+    per_load: dict[str, tuple[float, dict[str, Any]]] = {}
     count = 0
     for params in grid(space):
         count += 1
@@ -78,9 +83,12 @@ def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = Non
         if answer.value is None:
             continue
         values.append(answer.value)
-        better = best is None or (answer.value > best[0] if maximize else answer.value < best[0])
-        if better:
+        if _better(answer.value, best, maximize):
             best = (answer.value, params)
+        for label, figures in answer.loads.items():
+            value = figures.get("value")
+            if value is not None and _better(value, per_load.get(label), maximize):
+                per_load[label] = (value, params)
     if best is None:
         raise ConfigError("no configuration of the space starts", source=space.source)
     top = best[0]
@@ -90,7 +98,20 @@ def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = Non
             return sum(v >= share * top for v in values)
         return sum(v <= top / share for v in values)
 
-    return Optimum(top, best[1], count, dict(statuses), within(0.95), within(0.98))
+    return Optimum(
+        top,
+        best[1],
+        count,
+        dict(statuses),
+        within(0.95),
+        within(0.98),
+        {k: v[0] for k, v in per_load.items()},
+        {k: v[1] for k, v in per_load.items()},
+    )
+
+
+def _better(value: float, best: tuple[float, Any] | None, maximize: bool) -> bool:
+    return best is None or (value > best[0] if maximize else value < best[0])
 
 
 def space_size(space: SearchSpace) -> int:

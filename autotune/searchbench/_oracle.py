@@ -23,7 +23,8 @@ from autotune._knobs import ServerConfig
 from autotune.bench import WorkloadSpec
 from autotune.sim import SimModel
 from autotune.study._evaluate import TrialContext, TrialEvaluator
-from autotune.study._record import METRIC_ATTRS, Outcome, TrialRecord
+from autotune.space import LoadPoint, weighted_mean
+from autotune.study._record import LOAD_FIGURES, METRIC_ATTRS, Outcome, TrialRecord
 
 #: Seconds to stop a server and see its GPUs released, per trial that launched one.
 STOP_S = 15.0
@@ -32,6 +33,8 @@ STOP_S = 15.0
 #: was charged (per GPU) and the configuration's noise-free value.
 GPU_S_ATTR = "oracle_gpu_s"
 TRUE_VALUE_ATTR = "oracle_true_value"
+#: With a load mix: the noise-free objective at each load point, by label.
+TRUE_LOADS_ATTR = "oracle_true_loads"
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class Answer:
     failure_line: str | None = None
     #: The figures a trial records (:data:`~autotune.study._record.METRIC_ATTRS`), noise-free.
     metrics: Mapping[str, float | None] = field(default_factory=dict)
+    #: With a load mix: each point's figures by label (``value``: the objective's figure).
+    loads: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -53,12 +58,25 @@ class Answer:
 
 
 class Oracle:
-    """Cached model answers for one profile and workload."""
+    """Cached model answers for one profile and workload.
 
-    def __init__(self, model: SimModel, workload: WorkloadSpec, *, metric: str = "output_tok_s"):
+    With a load mix (``loads``) every configuration is answered at each load point, on one
+    start-up: the benchmark time of every point is charged, the value is the points' weighted
+    mean, and the answer carries each point's figures. A crash at any point is the answer.
+    """
+
+    def __init__(
+        self,
+        model: SimModel,
+        workload: WorkloadSpec,
+        *,
+        metric: str = "output_tok_s",
+        loads: tuple[LoadPoint, ...] = (),
+    ):
         self.model = model
         self.workload = workload
         self.metric = metric
+        self.loads = loads
         self.gpus = model.profile.hardware.gpu_count
         self._cached = lru_cache(maxsize=None)(self._answer)
 
@@ -66,14 +84,30 @@ class Oracle:
         return self._cached(config)
 
     def _answer(self, config: ServerConfig) -> Answer:
-        verdict = self.model.evaluate(config, self.workload)
+        if not self.loads:
+            return self._at(config, self.workload)
+        answers = {p.label: self._at(config, p.workload(self.workload)) for p in self.loads}
+        failed = next((a for a in answers.values() if a.status != "ok"), None)
+        first = next(iter(answers.values()))
+        benchmark_s = sum(a.benchmark_s for a in answers.values())
+        if failed is not None:
+            return Answer(failed.status, None, first.startup_s, benchmark_s, failed.failure_line)
+        loads = {
+            label: {**{k: a.metrics.get(k) for k in LOAD_FIGURES[1:]}, "value": a.value}
+            for label, a in answers.items()
+        }
+        return _mixed(first, self.loads, loads, self.metric, benchmark_s)
+
+    def _at(self, config: ServerConfig, workload: WorkloadSpec) -> Answer:
+        verdict = self.model.evaluate(config, workload)
         value = None
         metrics: dict[str, float | None] = {}
         if verdict.status == "ok":
             value = getattr(verdict, self.metric, None)
             if value is None:
                 value = verdict.details.get(self.metric)
-            metrics = {name: getattr(verdict, name, None) for name in METRIC_ATTRS}
+            names = (*METRIC_ATTRS, *LOAD_FIGURES[1:]) if self.loads else METRIC_ATTRS
+            metrics = {name: getattr(verdict, name, None) for name in names}
             metrics[self.metric] = value
         return Answer(
             verdict.status,
@@ -89,7 +123,13 @@ class Oracle:
         answer = self.answer(config)
         if answer.value is None or noise <= 0:
             return answer
-        factor = max(0.5, rng.gauss(1.0, noise))
+        if self.loads:
+            loads: dict[str, dict[str, float | None]] = {}
+            for label, figures in answer.loads.items():
+                noisy = (figures["value"] or 0.0) * _factor(rng, noise)
+                loads[label] = {**figures, "value": noisy, self.metric: noisy}
+            return _mixed(answer, self.loads, loads, self.metric, answer.benchmark_s)
+        factor = _factor(rng, noise)
         value = answer.value * factor
         metrics = {**answer.metrics, self.metric: value}
         return Answer(
@@ -103,6 +143,28 @@ class Oracle:
 
     def gpu_hours(self, seconds: float) -> float:
         return seconds * self.gpus / 3600.0
+
+
+def _factor(rng: random.Random, noise: float) -> float:
+    """One measurement's multiplicative error."""
+    return max(0.5, rng.gauss(1.0, noise))
+
+
+def _mixed(
+    base: Answer,
+    points: tuple[LoadPoint, ...],
+    loads: Mapping[str, Mapping[str, float | None]],
+    metric: str,
+    benchmark_s: float,
+) -> Answer:
+    """The answer of a load mix: each point's figures, their weighted means as the trial's."""
+    value = weighted_mean(points, {k: v["value"] for k, v in loads.items()})
+    metrics = {
+        name: weighted_mean(points, {k: v.get(name) for k, v in loads.items()})
+        for name in METRIC_ATTRS
+    }
+    metrics[metric] = value
+    return Answer("ok", value, base.startup_s, benchmark_s, None, metrics, loads)
 
 
 class OracleEvaluator(TrialEvaluator):
@@ -122,6 +184,8 @@ class OracleEvaluator(TrialEvaluator):
 
     def evaluate(self, config: ServerConfig, context: TrialContext) -> TrialRecord:
         answer = self.oracle.measure(config, noise=self.noise, rng=self.rng)
+        true = self.oracle.answer(config)
+        true_loads = {k: v.get("value") for k, v in true.loads.items()}
         outcome = Outcome(answer.status)
         measured = outcome is Outcome.OK
         return TrialRecord(
@@ -132,8 +196,10 @@ class OracleEvaluator(TrialEvaluator):
             benchmark_s=answer.benchmark_s if measured else None,
             value=answer.value,
             metrics=dict(answer.metrics),
+            loads={k: dict(v) for k, v in answer.loads.items()},
             extra={
                 GPU_S_ATTR: answer.seconds,
-                TRUE_VALUE_ATTR: self.oracle.answer(config).value,
+                TRUE_VALUE_ATTR: true.value,
+                **({TRUE_LOADS_ATTR: true_loads} if true_loads else {}),
             },
         )

@@ -14,6 +14,7 @@ from autotune._document import Section, suggest
 from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
 from autotune._workload import WorkloadSpec
 from autotune.engines import EngineSpec, engine_class
+from autotune.space._loads import LoadPoint, parse_loads, weighted_mean
 from autotune.space._params import ParamSpec, same_value
 
 if TYPE_CHECKING:
@@ -83,6 +84,13 @@ class ObjectiveSpec:
     score: str = "median"
     mad_k: float = 1.0
     constraints: tuple[ConstraintSpec, ...] = ()
+    #: The load mix (``objective.loads``); empty: the workload's own load alone.
+    loads: tuple[LoadPoint, ...] = ()
+
+    def weighted(self, figures: Mapping[str, float | None]) -> float | None:
+        """The objective of a trial measured at every load point: the weighted mean of its
+        figures (by label), None when a point lacks one."""
+        return weighted_mean(self.loads, figures)
 
     def describe(self) -> str:
         text = f"{self.direction} {self.metric}"
@@ -91,6 +99,9 @@ class ObjectiveSpec:
             text += f" {self.mad_k:g} x MAD over repeats)"
         else:
             text += " (median over repeats)"
+        if self.loads:
+            mix = ", ".join(f"{p.label} {p.weight:g}" for p in self.loads)
+            text += f", weighted over the load mix {mix}"
         return text
 
 
@@ -163,7 +174,7 @@ class SearchSpace:
                 for p in self.parameters
             ],
             "fixed": dict(sorted(self.fixed.items())),
-            "objective": asdict(self.objective),
+            "objective": _objective_body(self.objective),
             "workload": self.workload.to_mapping(),
         }
         text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
@@ -272,7 +283,7 @@ class SearchSpace:
 
 def parse_objective(sec: Section) -> ObjectiveSpec:
     """Read the ``objective`` section (every key optional: output_tok_s, maximised)."""
-    sec.check_keys(("metric", "direction", "score", "mad_k", "constraints"))
+    sec.check_keys(("metric", "direction", "score", "mad_k", "constraints", "loads"))
     metric = sec.get("metric", "output_tok_s")
     if not isinstance(metric, str) or metric not in METRICS:
         raise sec.error(f"unknown metric {metric!r}", "metric", hint=suggest(str(metric), METRICS))
@@ -318,7 +329,17 @@ def parse_objective(sec: Section) -> ObjectiveSpec:
             raise c.error(f"min ({low:g}) must be below max ({high:g})", "min")
         constraints.append(ConstraintSpec(name, max=high, min=low))
     mad_k = sec.number("mad_k", 1.0)
-    return ObjectiveSpec(metric, direction, score, mad_k, tuple(constraints))
+    loads = parse_loads(sec)
+    return ObjectiveSpec(metric, direction, score, mad_k, tuple(constraints), loads)
+
+
+def _objective_body(objective: ObjectiveSpec) -> dict[str, Any]:
+    """The objective as the fingerprint hashes it: a space without a load mix hashes as it
+    did before load mixes existed, so its studies resume."""
+    body = asdict(objective)
+    if not objective.loads:
+        del body["loads"]
+    return body
 
 
 def _describe_workload(w: WorkloadSpec) -> str:

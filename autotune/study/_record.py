@@ -15,6 +15,10 @@ Every finished trial carries these user attributes, whatever its outcome:
 ``config``          the knobs of the configuration: what differs from SGLang's defaults, and
                     every searched knob
 ``sglang_command``  the same configuration as a ``python -m sglang.launch_server`` command line
+``loads``           with a load mix (``objective.loads``): each load point's figures by its
+                    label (``{"c16": {"value": ..., "output_tok_s": ..., ...}}``), ``value``
+                    being the objective's figure at that point; the trial's value is their
+                    weighted mean. Absent without a load mix.
 ``role``            ``baseline``, ``enqueued`` (from the space file), ``informed`` (chosen by
                     the tuner before searching), ``search`` (proposed by the sampler) or
                     ``rerun`` (a configuration interrupted earlier)
@@ -118,6 +122,17 @@ CRASH_OUTCOMES: tuple[Outcome, ...] = (
 
 ROLES = ("baseline", "enqueued", "informed", "search", "rerun")
 
+#: The figures recorded at each load point of a load mix (``value``: the objective's score).
+LOAD_FIGURES: tuple[str, ...] = (
+    "value",
+    "output_tok_s",
+    "total_tok_s",
+    "accept_length",
+    "ttft_p99_ms",
+    "itl_p99_ms",
+    "tpot_p99_ms",
+)
+
 #: Metric user attributes recorded on every finished trial.
 METRIC_ATTRS: tuple[str, ...] = (
     "output_tok_s",
@@ -167,6 +182,8 @@ class TrialRecord:
     sglang_command: str | None = None
     #: Why the benchmark failed (the error's message), where it did.
     benchmark_error: str | None = None
+    #: With a load mix: each load point's figures (:data:`LOAD_FIGURES`) by the point's label.
+    loads: dict[str, dict[str, float | None]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -179,6 +196,10 @@ class TrialRecord:
     @property
     def accept_length(self) -> float | None:
         return self.metrics.get("accept_length")
+
+    def at_load(self, label: str, figure: str = "value") -> float | None:
+        """The trial's ``figure`` at the load point ``label`` (None where not measured)."""
+        return self.loads.get(label, {}).get(figure)
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any], *, value: float | None = None) -> TrialRecord:
@@ -200,6 +221,7 @@ class TrialRecord:
             config=dict(config) if isinstance(config, dict) else None,
             sglang_command=_text(attrs.get("sglang_command")),
             benchmark_error=_text(attrs.get("benchmark_error")),
+            loads=_loads(attrs.get("loads")),
         )
 
     @classmethod
@@ -226,6 +248,11 @@ class TrialRecord:
             attrs["sglang_command"] = self.sglang_command
         if self.benchmark_error is not None:
             attrs["benchmark_error"] = self.benchmark_error
+        if self.loads:
+            attrs["loads"] = {
+                label: {k: None if v is None else round(float(v), 4) for k, v in figures.items()}
+                for label, figures in self.loads.items()
+            }
         attrs.update(self.extra)
         if self.speedup is not None:
             attrs["speedup"] = self.speedup
@@ -252,6 +279,17 @@ def outcome_of(user_attrs: Mapping[str, Any]) -> Outcome | None:
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _loads(value: Any) -> dict[str, dict[str, float | None]]:
+    """The ``loads`` attribute as written, or what of it is well formed."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(label): {name: _number(figures.get(name)) for name in LOAD_FIGURES}
+        for label, figures in value.items()
+        if isinstance(figures, dict)
+    }
 
 
 def _text(value: Any) -> str | None:

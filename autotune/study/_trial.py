@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from autotune._errors import BenchmarkError, BenchmarkTimeout, Cancelled
@@ -47,7 +48,7 @@ from autotune.study._evaluate import (
     refusal,
 )
 from autotune.study._feasibility import Feasibility
-from autotune.study._record import Outcome, TrialRecord
+from autotune.study._record import LOAD_FIGURES, METRIC_ATTRS, Outcome, TrialRecord
 
 log = logging.getLogger("autotune.study")
 
@@ -227,12 +228,7 @@ class TrialRunner:
         client = BenchmarkClient(launch.url, options)
         started = time.monotonic()
         try:
-            measurement = measure_sync(
-                client,
-                self.space.workload,
-                early_stop=hooks.early_stop,
-                cancelled=hooks.cancelled,
-            )
+            measurements = self._measure(client, hooks)
         except BenchmarkTimeout as e:
             record.benchmark_s = time.monotonic() - started
             self._benchmark_failed(proc, record, files, str(e), timed_out=True)
@@ -242,10 +238,34 @@ class TrialRunner:
             self._benchmark_failed(proc, record, files, str(e))
             return
         record.benchmark_s = time.monotonic() - started
-        self._record_measurement(record, measurement, files)
+        if self.objective.loads:
+            self._record_loads(record, measurements, files)
+        else:
+            self._record_measurement(record, measurements[""], files)
         if proc.poll() is not None:
             # the server died during the benchmark: keep the figures, record the cause
             self._benchmark_failed(proc, record, files, "the server exited during the benchmark")
+
+    def _measure(self, client: BenchmarkClient, hooks: TrialHooks) -> dict[str, Measurement]:
+        """The workload once at its own load (keyed ``""``), or once per load point of the mix
+        (keyed by label), on the same server."""
+        points = self.objective.loads
+        if not points:
+            measurement = measure_sync(
+                client, self.space.workload, early_stop=hooks.early_stop, cancelled=hooks.cancelled
+            )
+            return {"": measurement}
+        out: dict[str, Measurement] = {}
+        for point in points:
+            hooks.on_phase(f"benchmark {point.label}")
+            stop = hooks.early_stop_at(point.label) if hooks.early_stop_at else None
+            out[point.label] = measure_sync(
+                client,
+                point.workload(self.space.workload),
+                early_stop=stop,
+                cancelled=hooks.cancelled,
+            )
+        return out
 
     def _benchmark_failed(
         self,
@@ -296,6 +316,47 @@ class TrialRunner:
         files.results = files.folder / "benchmark.json"
         files.results.write_text(
             json.dumps(measurement.to_dict(requests=True), indent=1, default=str)
+        )
+
+
+    def _record_loads(
+        self, record: TrialRecord, measurements: Mapping[str, Measurement], files: TrialFiles
+    ) -> None:
+        """Every load point's figures, the weighted objective and the weighted metrics."""
+        obj = self.objective
+        for label, measurement in measurements.items():
+            figures: dict[str, float | None] = {
+                name: _round(measurement.medians.get(name)) for name in LOAD_FIGURES[1:]
+            }
+            figures["value"] = measurement.score(obj.metric, kind=obj.score, mad_k=obj.mad_k)
+            record.loads[label] = {name: figures.get(name) for name in LOAD_FIGURES}
+        record.value = obj.weighted({k: v["value"] for k, v in record.loads.items()})
+        for name in METRIC_ATTRS:
+            record.metrics[name] = obj.weighted(
+                {k: m.medians.get(name) for k, m in measurements.items()}
+            )
+        results = [r for m in measurements.values() for r in m.results]
+        record.extra.update(
+            {
+                "total_tok_s": _round(obj.weighted({k: v["total_tok_s"] for k, v in record.loads.items()})),
+                "tpot_p99_ms": _round(obj.weighted({k: v["tpot_p99_ms"] for k, v in record.loads.items()})),
+                "failed_requests": int(sum(r.failed for r in results)),
+                "repeats": len(results),
+                "stopped_early": any(m.stopped_early for m in measurements.values()),
+                "noisy": any(m.noisy for m in measurements.values()),
+                "acceptance_source": ",".join(
+                    dict.fromkeys(s for m in measurements.values() for s in m.acceptance_sources)
+                )
+                or None,
+            }
+        )
+        files.results = files.folder / "benchmark.json"
+        files.results.write_text(
+            json.dumps(
+                {k: m.to_dict(requests=True) for k, m in measurements.items()},
+                indent=1,
+                default=str,
+            )
         )
 
 
