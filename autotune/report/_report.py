@@ -7,13 +7,23 @@ run while a study is running (and against a study another machine is running).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._errors import StorageError
 from autotune._redact import redact_text, redact_url
+from autotune.report._loads import (
+    LoadReport,
+    Planner,
+    Refusal,
+    Schedule,
+    build_load_report,
+    format_loads,
+)
 from autotune.study._record import (
+    STUDY_LOADS,
     STUDY_METRIC,
     STUDY_REFUSED,
     STUDY_TARGET,
@@ -72,6 +82,8 @@ class StudyReport:
     #: Proposals the tuner replaced before asking for a trial, by the failure they would meet.
     refused_before_launch: dict[str, int]
     rows: list[TrialRow] = field(default_factory=list)
+    #: With a load mix: the winners per load, the curve, where speculation stops paying.
+    loads: LoadReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,8 +125,11 @@ def load_study(
     return optuna.load_study(study_name=name, storage=rdb), paths
 
 
-def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
-    """What a study found: its best configuration against the baseline, and what failed."""
+def build_report(study: optuna.Study, paths: StudyPaths, *, schedule: bool = True) -> StudyReport:
+    """What a study found: its best configuration against the baseline, and what failed.
+
+    With a load mix, also what it found at each load (:mod:`autotune.report._loads`);
+    ``schedule`` asks the study's engine for the launch that follows the per-load winners."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
@@ -143,6 +158,7 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
         outcomes=dict(Counter(r.outcome for r in rows)),
         refused_before_launch=dict(study.user_attrs.get(STUDY_REFUSED) or {}),
         rows=rows,
+        loads=_load_report(study, rows, records, maximize, schedule=schedule),
     )
     top = report.top(1)
     if not top:
@@ -156,6 +172,69 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
         best_command=command,
         best_sglang_command=_text(record.sglang_command) or command,
     )
+
+
+def _load_report(
+    study: optuna.Study,
+    rows: list[TrialRow],
+    records: dict[int, TrialRecord],
+    maximize: bool,
+    *,
+    schedule: bool,
+) -> LoadReport | None:
+    points = study.user_attrs.get(STUDY_LOADS)
+    if not isinstance(points, list) or not points:
+        return None
+    entries = [(r.number, r.role, r.value, records[r.number], r.feasible) for r in rows]
+    refusal, planner = _engine_planner(study) if schedule else (None, None)
+    return build_load_report(
+        [p for p in points if isinstance(p, dict) and "label" in p and "weight" in p],
+        entries,
+        metric=str(study.user_attrs.get(STUDY_METRIC, "objective")),
+        maximize=maximize,
+        refusal=refusal,
+        planner=planner,
+    )
+
+
+def _engine_planner(study: optuna.Study) -> tuple[Refusal, Planner]:
+    """The study's engine, asked whether a configuration can be one load's choice of a single
+    server and for that server's launch; a space that cannot be read says so instead."""
+    from autotune._errors import AutotuneError
+    from autotune._knobs import ServerConfig
+    from autotune.engines import create_engine
+    from autotune.study._setup import load_study_space
+
+    try:
+        space = load_study_space(study, None)
+        engine = create_engine(space.engine)
+    except AutotuneError as e:
+        why = f"the study's space cannot be read here ({e.message})"
+        return (lambda knobs: why), (lambda choices, base: Schedule(reason=why))
+
+    def config_of(knobs: Mapping[str, Any] | None) -> ServerConfig:
+        return space.baseline_config() if knobs is None else space.config_for(knobs)
+
+    def refusal(knobs: Mapping[str, Any] | None) -> str | None:
+        try:
+            return engine.schedule_refusal(config_of(knobs))
+        except AutotuneError as e:
+            return e.message
+
+    def planner(
+        choices: Sequence[tuple[int, Mapping[str, Any] | None]], base: Mapping[str, Any]
+    ) -> Schedule:
+        try:
+            plan = engine.load_schedule(
+                [(size, config_of(knobs)) for size, knobs in choices], config_of(base)
+            )
+        except AutotuneError as e:
+            return Schedule(reason=e.message)
+        return Schedule(
+            command=plan.command, files=dict(plan.files), note=plan.note, reason=plan.reason
+        )
+
+    return refusal, planner
 
 
 def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
@@ -211,6 +290,8 @@ def format_report(report: StudyReport) -> str:
         if report.best_sglang_command:
             lines.append("launch it with:")
             lines.append(f"    {report.best_sglang_command}")
+    if report.loads is not None:
+        lines += format_loads(report.loads)
     lines.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(report.outcomes.items())))
     if report.refused_before_launch:
         lines.append(

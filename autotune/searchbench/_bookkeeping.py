@@ -61,9 +61,7 @@ def trace_of(study: optuna.Study, strategy: str, seed: int) -> StudyTrace:
         outcome = outcome_of(attrs)
         true = attrs.get(TRUE_VALUE_ATTR)
         record = TrialRecord.from_attrs(attrs)
-        measured_loads = {
-            k: v for k in record.loads if (v := record.at_load(k)) is not None
-        }
+        measured_loads = {k: v for k in record.loads if (v := record.at_load(k)) is not None}
         true_loads = {
             str(k): float(v)
             for k, v in (attrs.get(TRUE_LOADS_ATTR) or {}).items()

@@ -22,8 +22,8 @@ from functools import lru_cache
 from autotune._knobs import ServerConfig
 from autotune.bench import WorkloadSpec
 from autotune.sim import SimModel
-from autotune.study._evaluate import TrialContext, TrialEvaluator
 from autotune.space import LoadPoint, weighted_mean
+from autotune.study._evaluate import TrialContext, TrialEvaluator
 from autotune.study._record import LOAD_FIGURES, METRIC_ATTRS, Outcome, TrialRecord
 
 #: Seconds to stop a server and see its GPUs released, per trial that launched one.

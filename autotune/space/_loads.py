@@ -65,9 +65,7 @@ class LoadPoint:
         """
         if self.request_rate is None:
             assert self.concurrency is not None
-            prompts = self.num_prompts or max(
-                base.num_prompts, PROMPTS_PER_SLOT * self.concurrency
-            )
+            prompts = self.num_prompts or max(base.num_prompts, PROMPTS_PER_SLOT * self.concurrency)
             return base.with_changes(
                 concurrency=self.concurrency, request_rate=None, num_prompts=prompts
             )

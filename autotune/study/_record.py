@@ -154,6 +154,8 @@ STUDY_SPACE_TEXT = "autotune:space_text"
 STUDY_TARGET = "autotune:n_trials"
 STUDY_REFUSED = "autotune:refused"
 STUDY_METRIC = "autotune:metric"
+#: The load mix: ``[{"label": "c16", "weight": 0.3, "concurrency": 16, "request_rate": None}]``.
+STUDY_LOADS = "autotune:loads"
 
 
 @dataclass

@@ -21,6 +21,7 @@ from autotune.study._hooks import pause_at
 from autotune.study._optuna import fixed_params
 from autotune.study._record import (
     STUDY_FINGERPRINT,
+    STUDY_LOADS,
     STUDY_METRIC,
     STUDY_SPACE_SOURCE,
     STUDY_SPACE_TEXT,
@@ -356,6 +357,21 @@ def _store_space(study: optuna.Study, space: SearchSpace) -> None:
         if Path(space.source).exists()
         else "",
         STUDY_METRIC: space.objective.metric,
+        **(
+            {
+                STUDY_LOADS: [
+                    {
+                        "label": p.label,
+                        "weight": p.weight,
+                        "concurrency": p.concurrency,
+                        "request_rate": p.request_rate,
+                    }
+                    for p in space.objective.loads
+                ]
+            }
+            if space.objective.loads
+            else {}
+        ),
         STUDY_FINGERPRINT: space.fingerprint(),
     }
     for key, value in attrs.items():

@@ -318,7 +318,6 @@ class TrialRunner:
             json.dumps(measurement.to_dict(requests=True), indent=1, default=str)
         )
 
-
     def _record_loads(
         self, record: TrialRecord, measurements: Mapping[str, Measurement], files: TrialFiles
     ) -> None:
@@ -336,10 +335,14 @@ class TrialRunner:
                 {k: m.medians.get(name) for k, m in measurements.items()}
             )
         results = [r for m in measurements.values() for r in m.results]
+
+        def mix(name: str) -> float | None:
+            return _round(obj.weighted({k: v[name] for k, v in record.loads.items()}))
+
         record.extra.update(
             {
-                "total_tok_s": _round(obj.weighted({k: v["total_tok_s"] for k, v in record.loads.items()})),
-                "tpot_p99_ms": _round(obj.weighted({k: v["tpot_p99_ms"] for k, v in record.loads.items()})),
+                "total_tok_s": mix("total_tok_s"),
+                "tpot_p99_ms": mix("tpot_p99_ms"),
                 "failed_requests": int(sum(r.failed for r in results)),
                 "repeats": len(results),
                 "stopped_early": any(m.stopped_early for m in measurements.values()),
