@@ -4,6 +4,11 @@ The server is always stopped (TERM, then KILL, the whole process tree) before a 
 whatever happens in between: a crash line, a time-out, a failed benchmark, Ctrl-C. A start-up
 crash ends the wait at the line that decides it, so it costs seconds, not the start-up timeout.
 
+With a load mix (``objective.loads``) the benchmark runs the workload once per load point, one
+after the other on the same server, each point with its own repeats and early stop
+(:attr:`TrialHooks.early_stop_at`); the record keeps each point's figures and the objective is
+their weighted mean (:meth:`ObjectiveSpec.weighted`).
+
 A stop asked for by a signal (:attr:`TrialHooks.cancelled`) ends the start-up wait or the
 benchmark at once; the server is stopped and :class:`~autotune._errors.Cancelled` raised for the
 caller to record the trial as interrupted. The stop itself is never cut short by a signal;

@@ -3,13 +3,17 @@ figures of each point recorded, the objective their weighted mean; read back wit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from optuna.trial import TrialState
 
+from autotune._knobs import ServerConfig
 from autotune.study import TrialRecord
+from autotune.study._evaluate import TrialContext, TrialEvaluator
 
 from ._helpers import StudyRun, artifact_files, finished_trials
 from ._loads import MIX, MIX_TRIALS, run_mix_study
@@ -89,3 +93,77 @@ def test_a_space_without_loads_records_no_loads(tmp_path: Path) -> None:
     (trial,) = finished_trials(run.load())
     assert "loads" not in trial.user_attrs
     assert "autotune:loads" not in run.load().user_attrs
+
+
+def _result(output_tok_s: float) -> Any:
+    """A benchmark result that measured ``output_tok_s`` (every other figure zero)."""
+    from autotune.bench import BenchmarkResult
+
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(BenchmarkResult):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            values[f.name] = "x" if f.type in ("str", str) else 0
+    return BenchmarkResult(**{**values, "output_tok_s": output_tok_s})
+
+
+class _EarlyStops(TrialEvaluator):
+    """The oracle, asking the loop's early stop at each load point before every trial."""
+
+    def __init__(self, inner: TrialEvaluator, labels: list[str]) -> None:
+        self.inner = inner
+        self.labels = labels
+        self.asked: list[tuple[int, str, bool | None, bool | None]] = []
+        self.best: dict[str, float] = {}
+
+    def evaluate(self, config: ServerConfig, context: TrialContext) -> TrialRecord:
+        hooks = context.hooks
+        assert hooks.early_stop_at is not None
+        for label in self.labels:
+            stop = hooks.early_stop_at(label)
+            if stop is None:
+                self.asked.append((context.number, label, None, None))
+                continue
+            best = self.best[label]
+            low = stop([_result(0.5 * best), _result(0.5 * best)])
+            near = stop([_result(0.95 * best), _result(0.95 * best)])
+            self.asked.append((context.number, label, low, near))
+        record = self.inner.evaluate(config, context)
+        for label, figures in record.loads.items():
+            value = figures["value"]
+            if value is not None:
+                self.best[label] = max(self.best.get(label, 0.0), value)
+        return record
+
+
+def test_the_repeats_at_a_load_stop_early_against_the_best_figure_there(tmp_path: Path) -> None:
+    """The loop's early stop at one load point compares with the best figure any trial reached
+    at that point: half of it stops, 95% of it goes on; before any measurement there is none."""
+    import optuna
+
+    from autotune.searchbench import Oracle, OracleEvaluator
+    from autotune.searchbench._benchmark import prepare
+    from autotune.study import StudyOptions
+    from autotune.study._runner import StudyRunner
+    from autotune.study._setup import finish_setup, make_engine, set_target
+    from autotune.study._storage import StudyPaths
+
+    from ._loads import mix_space
+
+    path = mix_space(tmp_path)
+    space, model = prepare(str(path), None)
+    oracle = Oracle(model, space.workload, loads=space.objective.loads)
+    labels = [p.label for p in space.objective.loads]
+    evaluator = _EarlyStops(OracleEvaluator(oracle, seed=1, noise=0.0), labels)
+    options = StudyOptions(study_name="stops", seed=1, n_trials=4, progress=False)
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), direction="maximize")
+    engine = make_engine(space)
+    finish_setup(study, space, engine, options)
+    paths = StudyPaths("stops", "in-memory", tmp_path / "artifacts", tmp_path / "logs")
+    runner = StudyRunner(
+        study, space, engine, paths, options, set_target(study, 4), evaluator=evaluator
+    )
+    runner.run()
+    first = [a for a in evaluator.asked if a[0] == 0]
+    assert first == [(0, label, None, None) for label in labels]
+    later = [a for a in evaluator.asked if a[0] > 0]
+    assert later and all((low, near) == (True, False) for _, _, low, near in later), later
