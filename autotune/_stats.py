@@ -40,3 +40,26 @@ def weighted_percentile(samples: Iterable[tuple[float, int]], q: float) -> float
             break
         seen += count
     return low_value + (high_value - low_value) * (rank - low)
+
+
+def ratio_interval(
+    pairs: Sequence[tuple[float, float]], confidence: float
+) -> tuple[float, float, float] | None:
+    """The ratio ``a / b`` of paired positive measurements, with a confidence interval.
+
+    Each pair is one measurement of ``a`` and one of ``b`` taken side by side (the same round
+    of an interleaved confirmation), so drift between rounds cancels. The interval is Student's
+    t on the mean of ``log(a / b)``, taken back by ``exp``: ``(ratio, low, high)``, the ratio
+    being the geometric mean of the pairs' ratios. ``None`` with fewer than two pairs (no
+    spread to judge by).
+    """
+    logs = [math.log(a / b) for a, b in pairs if a > 0 and b > 0]
+    n = len(logs)
+    if n < 2:
+        return None
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    from scipy.stats import t
+
+    half = float(t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)

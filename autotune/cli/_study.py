@@ -58,8 +58,15 @@ def start(
     progress: Annotated[
         bool | None, typer.Option("--progress/--no-progress", help="Progress display.")
     ] = None,
+    confirm: Annotated[
+        bool | None,
+        typer.Option(
+            "--confirm/--no-confirm",
+            help="Confirm the best candidates after the search (default: the space's confirm).",
+        ),
+    ] = None,
 ) -> None:
-    """Create a study from a search space and run it."""
+    """Create a study from a search space and run it, then confirm its best candidates."""
     from autotune.study import start_study
 
     summary = start_study(
@@ -75,6 +82,7 @@ def start(
             artifacts_dir=artifacts_dir,
             informed=not no_informed,
             progress=progress,
+            confirm=confirm,
         )
     )
     _finished(summary)
@@ -109,6 +117,13 @@ def resume(
     studies_dir: StudiesDir = "studies",
     artifacts_dir: ArtifactsDir = None,
     progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
+    confirm: Annotated[
+        bool | None,
+        typer.Option(
+            "--confirm/--no-confirm",
+            help="Confirm the best candidates after the search (default: the space's confirm).",
+        ),
+    ] = None,
 ) -> None:
     """Continue an interrupted study: interrupted trials run again, finished ones are kept.
 
@@ -134,7 +149,54 @@ def resume(
             studies_dir=studies_dir,
             artifacts_dir=artifacts_dir,
             progress=progress,
+            confirm=confirm,
         )
+    )
+    _finished(summary)
+
+
+@app.command("confirm")
+def confirm(
+    study_name: Annotated[str, typer.Option("--study-name", help="The study to confirm.")],
+    candidates: Annotated[
+        int | None, typer.Option("--candidates", min=1, help="Best distinct configurations taken.")
+    ] = None,
+    min_rounds: Annotated[
+        int | None, typer.Option("--min-rounds", min=2, help="Rounds before anything is decided.")
+    ] = None,
+    max_rounds: Annotated[
+        int | None,
+        typer.Option("--max-rounds", min=2, help="At most this many starts of each configuration."),
+    ] = None,
+    confidence: Annotated[
+        float | None,
+        typer.Option("--confidence", min=0.5, max=0.999, help="Family-wise confidence."),
+    ] = None,
+    storage: Storage = None,
+    studies_dir: StudiesDir = "studies",
+    artifacts_dir: ArtifactsDir = None,
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
+) -> None:
+    """Re-measure the best candidates and the baseline interleaved, and give the verdict.
+
+    Goes on where an interrupted confirmation stopped; the settings default to the space's
+    confirm section.
+    """
+    from autotune.study import confirm_study
+
+    summary = confirm_study(
+        _options(  # type: ignore[arg-type]
+            study_name=study_name,
+            storage=storage,
+            studies_dir=studies_dir,
+            artifacts_dir=artifacts_dir,
+            progress=progress,
+            confirm=True,
+        ),
+        candidates=candidates,
+        min_rounds=min_rounds,
+        max_rounds=max_rounds,
+        confidence=confidence,
     )
     _finished(summary)
 
@@ -146,6 +208,13 @@ def _finished(summary: object) -> None:
     why = " (time budget reached)" if summary.stopped_by == "timeout" else ""
     if summary.stopped_by == "others":
         why = f" ({summary.running_elsewhere} more running in other workers)"
+    if summary.verdict is not None:
+        typer.echo(summary.verdict.headline)
+    elif summary.stopped_by == "timeout":
+        typer.echo(
+            "not confirmed (the time budget ended the study first): "
+            f"autotune study confirm --study-name {summary.name}"
+        )
     typer.echo(
         f"study {summary.name}: {summary.finished} of {summary.target} trials finished{why}\n"
         f"  report:    autotune study report --study-name {summary.name}\n"

@@ -23,6 +23,7 @@ from autotune.report._loads import (
     format_loads,
 )
 from autotune.study._record import (
+    STUDY_CONFIRMATION,
     STUDY_LOADS,
     STUDY_METRIC,
     STUDY_REFUSED,
@@ -32,6 +33,7 @@ from autotune.study._record import (
     outcome_of,
 )
 from autotune.study._storage import StudyPaths, open_for_reading, storage_faults, study_paths
+from autotune.study._verdict import Verdict
 
 if TYPE_CHECKING:
     import optuna
@@ -84,9 +86,14 @@ class StudyReport:
     rows: list[TrialRow] = field(default_factory=list)
     #: With a load mix: the winners per load, the curve, where speculation stops paying.
     loads: LoadReport | None = None
+    #: The confirmation's verdict (None: the study was not confirmed); when there is one,
+    #: ``best`` is its choice (the baseline when speculation does not pay).
+    verdict: Verdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["verdict"] = None if self.verdict is None else self.verdict.to_dict()
+        return out
 
     def top(self, n: int = 10) -> list[TrialRow]:
         """The ``n`` best measured trials within the constraints, best first (ties: earliest)."""
@@ -159,11 +166,14 @@ def build_report(study: optuna.Study, paths: StudyPaths, *, schedule: bool = Tru
         refused_before_launch=dict(study.user_attrs.get(STUDY_REFUSED) or {}),
         rows=rows,
         loads=_load_report(study, rows, records, maximize, schedule=schedule),
+        verdict=recorded_verdict(study),
     )
-    top = report.top(1)
-    if not top:
-        return report
-    best = top[0]
+    best = _confirmed_choice(report)
+    if best is None:
+        top = report.top(1)
+        if not top:
+            return report
+        best = top[0]
     record = records[best.number]
     command = _text(record.command)
     return replace(
@@ -237,6 +247,24 @@ def _engine_planner(study: optuna.Study) -> tuple[Refusal, Planner]:
     return refusal, planner
 
 
+def recorded_verdict(study: optuna.Study) -> Verdict | None:
+    """The verdict of the study's last finished confirmation, if it has one."""
+    state = study.user_attrs.get(STUDY_CONFIRMATION)
+    if not isinstance(state, dict) or not isinstance(state.get("verdict"), dict):
+        return None
+    return Verdict.from_dict(state["verdict"])
+
+
+def _confirmed_choice(report: StudyReport) -> TrialRow | None:
+    """The row the verdict chose: its trial, or the baseline when speculation does not pay."""
+    verdict = report.verdict
+    if verdict is None or verdict.kind == "none":
+        return None
+    if verdict.choice is None:
+        return next((r for r in report.rows if r.role == "baseline" and r.measured), None)
+    return next((r for r in report.rows if r.number == verdict.choice), None)
+
+
 def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
     return all(v <= 0 for v in trial.constraints.values()) if trial.constraints else True
 
@@ -263,8 +291,19 @@ def _row(trial: optuna.trial.FrozenTrial, record: TrialRecord) -> TrialRow:
 
 
 def format_report(report: StudyReport) -> str:
-    """The report as text for a terminal."""
+    """The report as text for a terminal: the verdict first."""
+    verdict = report.verdict
+    if verdict is not None:
+        head = [verdict.headline]
+    elif report.best is not None:
+        head = [
+            "not confirmed: the best of single measurements below; for a verdict with "
+            f"confidence run `autotune study confirm --study-name {report.study_name}`"
+        ]
+    else:
+        head = []
     lines = [
+        *head,
         f"study {report.study_name}  ({report.storage_url})",
         f"trials: {report.finished} finished"
         + (f" of {report.target}" if report.target else "")
@@ -280,16 +319,20 @@ def format_report(report: StudyReport) -> str:
         lines.append("best: no configuration was measured yet")
     else:
         speed = f"  x{best.speedup:.2f} over the baseline" if best.speedup is not None else ""
+        what = "confirmed choice" if verdict is not None and verdict.kind != "none" else "best"
         lines.append(
-            f"best: trial {best.number} ({best.role}): {best.value:.2f} {report.metric}{speed}"
+            f"{what}: trial {best.number} ({best.role}): {best.value:.2f} {report.metric}{speed}"
+            + (" in its search run" if what != "best" else "")
         )
         for key, value in best.config.items():
             lines.append(f"    {key} = {value}")
-        if best.role == "baseline":
+        if best.role == "baseline" and verdict is None:
             lines.append("    no speculative configuration beat the baseline")
         if report.best_sglang_command:
             lines.append("launch it with:")
             lines.append(f"    {report.best_sglang_command}")
+    if verdict is not None:
+        lines += verdict.lines()[1:]
     if report.loads is not None:
         lines += format_loads(report.loads)
     lines.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(report.outcomes.items())))

@@ -183,8 +183,8 @@ def format_table(result: SearchBenchResult) -> str:
     lines.append("")
     lines.append(
         "medians over seeds; GPU hours = time the GPUs were held (start-up to ready or crash, "
-        "benchmark, stop) x GPUs; final = best configuration's share of the optimum after the "
-        "budget"
+        "benchmark, stop) x GPUs, confirmation included; final = the best measured "
+        "configuration's share of the optimum after the budget"
     )
     if loads:
         lines.append(
@@ -192,7 +192,28 @@ def format_table(result: SearchBenchResult) -> str:
             "measured best there) is within 98% of that point's optimum (every configuration of "
             "the space evaluated at that load, noise 0)"
         )
+    lines += _confirmation_table(result)
     return "\n".join(lines)
+
+
+def _confirmation_table(result: SearchBenchResult) -> list[str]:
+    confirmed = [s for s in result.summaries if s.verdicts is not None]
+    if not confirmed:
+        return []
+    lines = [
+        "",
+        "confirmation: the best candidates and the baseline re-measured interleaved; the "
+        "choice judged at noise 0 against the better of the optimum and the baseline",
+        f"{'strategy':<12} {'confirmed':>9} {'within 98%':>10} {'wrong pays':>10} "
+        f"{'confirm GPU h':>13}  verdicts",
+    ]
+    for s in confirmed:
+        kinds = ", ".join(f"{k} {v}" for k, v in (s.verdicts or {}).items())
+        lines.append(
+            f"{s.strategy:<12} {s.median_confirmed or 0.0:>9.1%} {s.confirmed_98 or 0.0:>10.0%} "
+            f"{s.wrong_pays:>10} {s.median_confirm_gpu_hours or 0.0:>13.1f}  {kinds}"
+        )
+    return lines
 
 
 def write_outputs(result: SearchBenchResult, folder: Path) -> list[Path]:

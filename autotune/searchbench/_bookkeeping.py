@@ -26,6 +26,8 @@ from autotune.study._record import Outcome, TrialRecord, outcome_of
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.study._verdict import Verdict
+
 SHARES = (0.95, 0.98)
 
 
@@ -45,14 +47,38 @@ class TrialTrace:
 
 
 @dataclass(frozen=True)
+class ConfirmTrace:
+    """What the study's confirmation concluded and cost."""
+
+    #: The verdict's kind (``pays``, ``noise``, ``costs``, ``none``).
+    kind: str
+    #: The trial to run (None: no speculation), and the leader the verdict judged.
+    choice: int | None
+    leader: int | None
+    gpu_hours: float
+    starts: int
+
+
+@dataclass(frozen=True)
 class StudyTrace:
     strategy: str
     seed: int
     trials: tuple[TrialTrace, ...]
+    confirmation: ConfirmTrace | None = None
 
 
-def trace_of(study: optuna.Study, strategy: str, seed: int) -> StudyTrace:
-    """The finished trials of ``study`` in order, as the loop recorded them."""
+def confirm_trace(verdict: Verdict | None) -> ConfirmTrace | None:
+    if verdict is None:
+        return None
+    leader = verdict.leader.trial if verdict.leader is not None else None
+    return ConfirmTrace(verdict.kind, verdict.choice, leader, verdict.gpu_hours, verdict.starts)
+
+
+def trace_of(
+    study: optuna.Study, strategy: str, seed: int, verdict: Verdict | None = None
+) -> StudyTrace:
+    """The finished trials of ``study`` in order, as the loop recorded them, and what its
+    confirmation (``verdict``) concluded."""
     from optuna.trial import TrialState
 
     trials = []
@@ -79,7 +105,8 @@ def trace_of(study: optuna.Study, strategy: str, seed: int) -> StudyTrace:
                 true_loads,
             )
         )
-    return StudyTrace(strategy, seed, tuple(sorted(trials, key=lambda t: t.number)))
+    ordered = tuple(sorted(trials, key=lambda t: t.number))
+    return StudyTrace(strategy, seed, ordered, confirm_trace(verdict))
 
 
 @dataclass(frozen=True)
@@ -103,6 +130,14 @@ class StudyScore:
         if not self.load_shares:
             return None
         return all(v >= 0.98 - 1e-12 for v in self.load_shares.values())
+
+    #: The confirmed choice's true value over the best of the optimum and the baseline (the
+    #: right answer may be "no speculation"); None: not confirmed.
+    confirmed: float | None = None
+    verdict: str | None = None
+    #: The verdict said "pays" while the leader's true value is at most the baseline's.
+    wrong_pays: bool = False
+    confirm_gpu_hours: float = 0.0
 
 
 def load_winner_shares(
@@ -164,18 +199,47 @@ def score_study(
             if trials_to[share] is None and incumbent_true >= share - 1e-12:
                 trials_to[share] = i + 1
                 hours_to[share] = seconds * gpus / 3600.0
+    confirmed, wrong, confirm_hours = _confirmed(trace, optimum, maximize=maximize)
     return StudyScore(
         trace.strategy,
         trace.seed,
         tuple(history),
         trials_to,
         hours_to,
-        seconds * gpus / 3600.0,
+        seconds * gpus / 3600.0 + confirm_hours,
         crash_seconds / seconds if seconds > 0 else 0.0,
         crashes,
         refused,
         load_winner_shares(trace, load_optima, maximize=maximize) if load_optima else {},
+        confirmed,
+        None if trace.confirmation is None else trace.confirmation.kind,
+        wrong,
+        confirm_hours,
     )
+
+
+def _confirmed(
+    trace: StudyTrace, optimum: float, *, maximize: bool
+) -> tuple[float | None, bool, float]:
+    """The confirmed choice's share of the best answer, whether "pays" was wrong, its cost."""
+    conf = trace.confirmation
+    if conf is None:
+        return None, False, 0.0
+    true = {t.number: t.true_value for t in trace.trials}
+    base = next((t.true_value for t in trace.trials if t.role == "baseline"), None)
+    if base is None:
+        return None, False, conf.gpu_hours
+
+    def share(value: float | None, best: float) -> float:
+        if not value:
+            return 0.0
+        return value / best if maximize else best / value
+
+    best = max(optimum, base) if maximize else min(optimum, base)
+    chosen = base if conf.choice is None else true.get(conf.choice)
+    leader = None if conf.leader is None else true.get(conf.leader)
+    wrong = conf.kind == "pays" and (leader is None or share(leader, base) <= 1.0)
+    return share(chosen, best), wrong, conf.gpu_hours
 
 
 @dataclass(frozen=True)
@@ -193,6 +257,12 @@ class StrategySummary:
     median_gpu_hours: float
     #: With a load mix: seeds whose every per-load winner is within 98% of the per-load optimum.
     loads_within_98: int | None = None
+    #: Confirmed studies: median share of the confirmed choice, seeds within 98%, verdicts.
+    median_confirmed: float | None = None
+    confirmed_98: float | None = None
+    verdicts: dict[str, int] | None = None
+    wrong_pays: int = 0
+    median_confirm_gpu_hours: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -219,7 +289,25 @@ def summarise(scores: Sequence[StudyScore]) -> StrategySummary:
             if scores[0].loads_within_98 is None
             else sum(bool(s.loads_within_98) for s in scores)
         ),
+        **_confirmed_summary(scores),
     )
+
+
+def _confirmed_summary(scores: Sequence[StudyScore]) -> dict[str, Any]:
+    confirmed = [s for s in scores if s.verdict is not None]
+    if not confirmed:
+        return {}
+    shares = [s.confirmed or 0.0 for s in confirmed]
+    kinds: dict[str, int] = {}
+    for s in confirmed:
+        kinds[str(s.verdict)] = kinds.get(str(s.verdict), 0) + 1
+    return {
+        "median_confirmed": statistics.median(shares),
+        "confirmed_98": sum(v >= 0.98 - 1e-12 for v in shares) / len(confirmed),
+        "verdicts": dict(sorted(kinds.items())),
+        "wrong_pays": sum(s.wrong_pays for s in confirmed),
+        "median_confirm_gpu_hours": statistics.median(s.confirm_gpu_hours for s in confirmed),
+    }
 
 
 def quartiles(scores: Sequence[StudyScore], length: int) -> list[tuple[float, float, float]]:

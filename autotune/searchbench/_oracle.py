@@ -182,6 +182,10 @@ class OracleEvaluator(TrialEvaluator):
         self.noise = noise
         self.rng = random.Random(f"{seed}:noise")
 
+    def gpu_seconds(self, record: TrialRecord, wall_s: float, gpus: int) -> float:
+        """What the trial would have cost on the profiled box (not the oracle's own time)."""
+        return float(record.extra.get(GPU_S_ATTR) or 0.0) * self.oracle.gpus
+
     def evaluate(self, config: ServerConfig, context: TrialContext) -> TrialRecord:
         answer = self.oracle.measure(config, noise=self.noise, rng=self.rng)
         true = self.oracle.answer(config)

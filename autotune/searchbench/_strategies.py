@@ -133,12 +133,12 @@ def run_study(
         quiet=True,
     )
     try:
-        runner.run()
+        summary = runner.run()
     except Interrupted as e:  # (its hint names `study resume`: nothing of it is kept)
         raise Interrupted(
             f"the search benchmark was stopped during study {name}; nothing was written"
         ) from e
-    return trace_of(study, strategy, seed)
+    return trace_of(study, strategy, seed, summary.verdict)
 
 
 def _plain_sampler(name: str | None, seed: int) -> optuna.samplers.BaseSampler | None:

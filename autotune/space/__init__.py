@@ -10,6 +10,7 @@ enqueued configurations it would refuse, are refused when the file is read.
 
 from __future__ import annotations
 
+from autotune.space._confirm import ConfirmSpec
 from autotune.space._loads import LoadPoint, weighted_mean
 from autotune.space._params import ParamSpec
 from autotune.space._schema import load_space, parse_space
@@ -17,6 +18,7 @@ from autotune.space._space import METRICS, ConstraintSpec, ObjectiveSpec, Search
 
 __all__ = [
     "METRICS",
+    "ConfirmSpec",
     "ConstraintSpec",
     "LoadPoint",
     "ObjectiveSpec",

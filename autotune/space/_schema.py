@@ -27,6 +27,7 @@ from autotune.engines import (
     engine_class,
     engine_kinds,
 )
+from autotune.space._confirm import parse_confirm
 from autotune.space._params import (
     ENGINE_KNOBS,
     ParamSpec,
@@ -37,7 +38,17 @@ from autotune.space._params import (
 from autotune.space._shape import check_shape
 from autotune.space._space import MAX_DESCRIPTION_CHARS, SearchSpace, parse_objective
 
-_TOP = ("name", "description", "engine", "workload", "objective", "fixed", "parameters", "enqueue")
+_TOP = (
+    "name",
+    "description",
+    "engine",
+    "workload",
+    "objective",
+    "fixed",
+    "parameters",
+    "enqueue",
+    "confirm",
+)
 _ENGINE = (
     *("kind", "model_path", "draft_model_path", "tp_size", "host", "port", "python"),
     *("launch_prefix", "extra_args", "env", "sglang_version", "check_paths", "timeouts", "sim"),
@@ -120,6 +131,7 @@ def parse_space(
         baseline=_parse_baseline(enqueue),
         enqueued=_parse_enqueued(enqueue, fixed, params, engine),
         description=root.string("description", limit=MAX_DESCRIPTION_CHARS),
+        confirm=parse_confirm(root),
     )
 
 

@@ -7,13 +7,14 @@ import json
 import math
 import textwrap
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune._document import Section, suggest
 from autotune._knobs import SPECULATIVE_NUMBERS, ServerConfig
 from autotune._workload import WorkloadSpec
 from autotune.engines import EngineSpec, engine_class
+from autotune.space._confirm import ConfirmSpec
 from autotune.space._loads import LoadPoint, parse_loads, weighted_mean
 from autotune.space._params import ParamSpec, same_value
 
@@ -119,6 +120,8 @@ class SearchSpace:
     baseline: Mapping[str, Any] | None
     enqueued: tuple[Mapping[str, Any], ...] = ()
     description: str | None = None
+    #: How the best candidates are re-measured after the search.
+    confirm: ConfirmSpec = field(default_factory=ConfirmSpec)
 
     @property
     def conditional(self) -> bool:
@@ -272,6 +275,7 @@ class SearchSpace:
             lines.append(
                 f"enqueued:   {_knobs(params)}" if i == 0 else f"            {_knobs(params)}"
             )
+        lines.append(f"confirm:    {self.confirm.describe()}")
         size = self.size()
         lines.append(
             "size:       continuous (a float range without a step)"

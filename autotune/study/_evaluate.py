@@ -93,6 +93,10 @@ class TrialEvaluator(abc.ABC):
     def evaluate(self, config: ServerConfig, context: TrialContext) -> TrialRecord:
         """Run ``config`` as trial ``context.number``."""
 
+    def gpu_seconds(self, record: TrialRecord, wall_s: float, gpus: int) -> float:
+        """The GPU seconds a run cost: the ``wall_s`` it took to evaluate, ``gpus`` held."""
+        return wall_s * gpus
+
 
 def refusal(
     feasibility: Feasibility,

@@ -87,6 +87,22 @@ def set_trial_system_attr(study: optuna.Study, trial_id: int, key: str, value: A
     storage_of(study).set_trial_system_attr(trial_id, key, value)
 
 
+def set_study_system_attr(study: optuna.Study, key: str, value: Any) -> None:
+    """Set a system attribute of a study (Optuna has no public way to write one).
+
+    Relies on ``Study._storage``, ``Study._study_id`` and ``BaseStorage.set_study_system_attr``.
+    """
+    storage_of(study).set_study_system_attr(study._study_id, key, value)
+
+
+def study_system_attrs(study: optuna.Study) -> dict[str, Any]:
+    """A study's system attributes as stored now (Optuna's ``Study`` no longer exposes them).
+
+    Relies on ``Study._storage``, ``Study._study_id`` and ``BaseStorage.get_study_system_attrs``.
+    """
+    return dict(storage_of(study).get_study_system_attrs(study._study_id))
+
+
 def fail_trial(study: optuna.Study, trial_id: int) -> None:
     """Record a trial known by its id as FAIL (a trial of another, dead tuner; a surplus one).
 

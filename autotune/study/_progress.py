@@ -141,6 +141,14 @@ class StudyProgress:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
 
+    def note(self, line: str) -> None:
+        """Print ``line`` (a confirmation measurement, the verdict) below the live line."""
+        if self._progress is not None:
+            self._progress.console.print(line, markup=False, highlight=False)
+        elif not self.quiet:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
     def _best(self) -> str:
         from rich.markup import escape
 

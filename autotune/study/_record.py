@@ -150,12 +150,18 @@ SYS_RERUN_OF = "autotune:rerun_of"
 # Study user attributes
 STUDY_FINGERPRINT = "autotune:fingerprint"
 STUDY_SPACE_SOURCE = "autotune:space"
+#: The space text of studies created by earlier versions (now a system attribute and a study
+#: artifact: :mod:`autotune.study._space_record`); still read where a study has it.
 STUDY_SPACE_TEXT = "autotune:space_text"
 STUDY_TARGET = "autotune:n_trials"
 STUDY_REFUSED = "autotune:refused"
 STUDY_METRIC = "autotune:metric"
 #: The load mix: ``[{"label": "c16", "weight": 0.3, "concurrency": 16, "request_rate": None}]``.
 STUDY_LOADS = "autotune:loads"
+STUDY_CONFIRMATION = "autotune:confirmation"
+#: The tuner confirming the study, and the server of its confirmation run (for a kill -9).
+STUDY_CONFIRMING = "autotune:confirming"
+STUDY_CONFIRM_PROCESS = "autotune:confirm_process"
 
 
 @dataclass

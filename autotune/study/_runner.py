@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune._errors import AutotuneError, Cancelled, Interrupted, StorageError
+from autotune._errors import AutotuneError, Cancelled, ConfigError, Interrupted, StorageError
 from autotune._knobs import ServerConfig
 from autotune.bench import BenchmarkResult
 from autotune.engines import Engine
@@ -45,6 +45,7 @@ from autotune.study._evaluate import (
 from autotune.study._feasibility import Feasibility
 from autotune.study._hooks import pause_at
 from autotune.study._interrupts import Interrupts
+from autotune.study._notes import save_trial_note
 from autotune.study._optuna import (
     get_trial,
     set_trial_system_attr,
@@ -58,6 +59,8 @@ from autotune.study._progress import (
     progress_wanted,
 )
 from autotune.study._record import (
+    STUDY_CONFIRM_PROCESS,
+    STUDY_CONFIRMING,
     STUDY_REFUSED,
     SYS_PROCESS,
     Outcome,
@@ -83,6 +86,7 @@ from autotune.study._storage import (
     upload_artifacts,
 )
 from autotune.study._trial import ServerEvaluator, TrialRunner
+from autotune.study._verdict import Verdict
 
 if TYPE_CHECKING:
     import optuna
@@ -105,6 +109,8 @@ class StudySummary:
     stopped_by: str | None = None
     #: Trials other workers were running when this one stopped.
     running_elsewhere: int = 0
+    #: The confirmation's verdict (None: not confirmed by this run).
+    verdict: Verdict | None = None
 
 
 def start_study(options: StudyOptions) -> StudySummary:
@@ -155,6 +161,34 @@ def resume_study(options: StudyOptions) -> StudySummary:
                 )
                 finish_setup(study, space, engine, options)
     return StudyRunner(study, space, engine, paths, options, target).run(recover=True)
+
+
+def confirm_study(options: StudyOptions, **changes: Any) -> StudySummary:
+    """Confirm a study's best candidates (``changes``: settings of the space's ``confirm``
+    to override, None for "as the space says")."""
+    import dataclasses
+
+    if options.study_name is None:
+        raise AutotuneError("which study?", hint="give --study-name NAME")
+    paths = study_paths(
+        options.study_name,
+        storage=options.storage,
+        studies_dir=options.studies_dir,
+        artifacts_dir=options.artifacts_dir,
+    )
+    study, space = create_or_load(paths, None, options, resume=True)
+    given = {k: v for k, v in changes.items() if v is not None}
+    spec = dataclasses.replace(space.confirm, enabled=True, **given)
+    if spec.max_rounds < spec.min_rounds:
+        raise ConfigError(
+            f"--max-rounds {spec.max_rounds} is below the minimum of {spec.min_rounds} rounds",
+            hint="give --max-rounds at least --min-rounds",
+        )
+    space = dataclasses.replace(space, confirm=spec)
+    engine = make_engine(space)
+    target = set_target(study, None)
+    runner = StudyRunner(study, space, engine, paths, options, target)
+    return runner.run(recover=True, search=False)
 
 
 class StudyRunner:
@@ -209,8 +243,10 @@ class StudyRunner:
         self.interrupts = Interrupts()
 
     # --- the loop --------------------------------------------------------------------------
-    def run(self, *, recover: bool = False) -> StudySummary:
-        """Run to the target (``recover``: first take over the trials of tuners that are gone)."""
+    def run(self, *, recover: bool = False, search: bool = True) -> StudySummary:
+        """Run to the target (``recover``: first take over the trials of tuners that are gone),
+        then confirm the best candidates where the space or the options ask for it;
+        ``search=False`` confirms only (``autotune study confirm``)."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -224,6 +260,7 @@ class StudyRunner:
         started = time.monotonic()
         ran = elsewhere = 0
         stopped_by: str | None = None
+        verdict: Verdict | None = None
         try:
             with (
                 self.interrupts.installed(linger=True),
@@ -237,7 +274,7 @@ class StudyRunner:
                 lock = setup_lock_path(self.paths)
                 for trial in recover_stale(self.study, lock=lock) if recover else []:
                     progress.finished(self.finished_count(), trial.line())
-                while True:
+                while search:
                     # workers watch each other: the trial of a tuner of this host that died
                     # (kill -9) has its server stopped and runs again (a baseline first)
                     for trial in recover_stale(self.study, lock=lock, dead_only=True):
@@ -262,6 +299,8 @@ class StudyRunner:
                         ran += 1
                     else:  # another worker asked at the same moment: let one of us go first
                         self.interrupts.sleep(random.uniform(0.2, 1.0))
+                if not search or (stopped_by is None and self.confirm_wanted()):
+                    verdict = self.confirm(progress)
         except Interrupted:
             raise
         except KeyboardInterrupt:  # between trials: nothing was running
@@ -289,7 +328,85 @@ class StudyRunner:
             debug_log,
             stopped_by,
             elsewhere,
+            verdict,
         )
+
+    def confirm_wanted(self) -> bool:
+        """Whether the study confirms its best after the search (the option, else the space)."""
+        if self.options.confirm is not None:
+            return self.options.confirm
+        return self.space.confirm.enabled
+
+    def confirm(self, progress: StudyProgress) -> Verdict | None:
+        """Confirm the best candidates (:mod:`autotune.study._confirm`); None when another
+        live worker of the study is confirming it."""
+        from autotune.study._claims import tuner_alive, tuner_identity
+        from autotune.study._confirm import Confirmation
+
+        holder = self.study.user_attrs.get(STUDY_CONFIRMING)
+        me = tuner_identity()
+        if isinstance(holder, dict) and holder != me and tuner_alive(holder):
+            progress.note("another worker is confirming this study; its verdict is in the report")
+            return None
+        self._stop_confirmation_server()
+        self.study.set_user_attr(STUDY_CONFIRMING, me)
+        confirmation = Confirmation(
+            self.study,
+            self.space,
+            self.evaluator,
+            folder=self.paths.artifacts_dir / "confirm",
+            gpus=self.engine.spec.tp_size,
+            hooks=self._confirm_hooks,
+            on_line=progress.note,
+            after_run=self._confirm_run_ended,
+        )
+        try:
+            verdict = confirmation.run()
+        except (Cancelled, KeyboardInterrupt):
+            raise Interrupted(
+                f"stopped by {self.interrupts.signal_name or 'SIGINT'} during the confirmation; "
+                "its measurements so far are kept: continue with `autotune study confirm "
+                f"--study-name {self.study.study_name}`"
+            ) from None
+        finally:
+            self.study.set_user_attr(STUDY_CONFIRMING, None)
+        log.info("verdict: %s", verdict.headline)
+        return verdict
+
+    def _confirm_hooks(self) -> TrialHooks:
+        return TrialHooks(
+            on_launch=self._confirm_launched,
+            launching=self.interrupts.deferred,
+            cancelled=self.interrupts.stop_requested,
+            urgent=self.interrupts.urgent,
+        )
+
+    def _confirm_launched(self, identity: dict[str, Any]) -> None:
+        self.interrupts.watch_server(identity)
+        self.study.set_user_attr(STUDY_CONFIRM_PROCESS, identity)
+
+    def _confirm_run_ended(self) -> None:
+        self.interrupts.watch_server(None)
+        self.study.set_user_attr(STUDY_CONFIRM_PROCESS, None)
+
+    def _stop_confirmation_server(self) -> None:
+        """Stop the server of a confirmation whose tuner was killed (it outlived its tuner)."""
+        from autotune.server import ProcessIdentity, stop_identity
+
+        record = self.study.user_attrs.get(STUDY_CONFIRM_PROCESS)
+        if not isinstance(record, dict):
+            return
+        try:
+            identity = ProcessIdentity.from_dict(record)
+        except (KeyError, TypeError, ValueError):
+            identity = None
+        if identity is not None:
+            stopped = stop_identity(identity, term_timeout_s=10.0, kill_timeout_s=10.0)
+            if stopped is not None:
+                log.warning(
+                    "stopped the server of an interrupted confirmation (pid %d)", identity.pid
+                )
+        self.study.set_user_attr(STUDY_CONFIRM_PROCESS, None)
 
     def _between_trials(self) -> Interrupted:
         return Interrupted(
@@ -446,6 +563,7 @@ class StudyRunner:
         }
         for key, value in record.user_attrs().items():
             trial.set_user_attr(key, value)
+        save_trial_note(trial, record, self.space.objective.metric)
         attrs = record.user_attrs()
         names = ["starts"] + [c.describe() for c in self.space.objective.constraints]
         for name, value in zip(names, self._constraint_values(attrs), strict=True):
@@ -463,6 +581,7 @@ class StudyRunner:
         record = TrialRecord(outcome=Outcome.INTERRUPTED, role=role, failure_line=reason)
         for key, value in record.user_attrs().items():
             trial.set_user_attr(key, value)
+        save_trial_note(trial, record, self.space.objective.metric)
         upload_artifacts(self.store, trial, files.existing())
         frozen = get_trial(self.study, trial_id_of(trial))
         requeue(self.study, configuration(frozen), trial.number, role, trial_id=trial_id_of(trial))

@@ -14,20 +14,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._errors import ConfigError, StorageError
-from autotune._redact import redact_space_text, redact_url
+from autotune._redact import redact_url
 from autotune.engines import Engine, create_engine
 from autotune.space import SearchSpace, load_space, parse_space
 from autotune.study._hooks import pause_at
 from autotune.study._optuna import fixed_params
 from autotune.study._record import (
     STUDY_FINGERPRINT,
-    STUDY_LOADS,
-    STUDY_METRIC,
     STUDY_SPACE_SOURCE,
-    STUDY_SPACE_TEXT,
     STUDY_TARGET,
     SYS_RERUN_OF,
 )
+from autotune.study._space_record import name_objectives, store_space, stored_space_text
 from autotune.study._storage import StudyPaths, open_storage
 
 if TYPE_CHECKING:
@@ -53,6 +51,8 @@ class StudyOptions:
     n_startup_trials: int = 6
     informed: bool = True
     progress: bool | None = None
+    #: Confirm the best candidates after the search (None: as the space's ``confirm`` says).
+    confirm: bool | None = None
 
     def __post_init__(self) -> None:
         """Refuse bad options before anything is opened or created (each names its option).
@@ -127,7 +127,7 @@ def check_engine(space: SearchSpace, engine: Engine) -> None:
 
 def load_study_space(study: optuna.Study, space_path: str | None) -> SearchSpace:
     """The space a study was created with; a given file must match it."""
-    text = study.user_attrs.get(STUDY_SPACE_TEXT)
+    text = stored_space_text(study)
     source = study.user_attrs.get(STUDY_SPACE_SOURCE, "<study>")
     fingerprint = study.user_attrs.get(STUDY_FINGERPRINT)
     if space_path is not None:
@@ -282,10 +282,9 @@ def create_or_load(
         if paths.name not in existing:
             raise _no_such_study(paths)
         study = optuna.load_study(study_name=paths.name, storage=storage)
-        attrs = study.user_attrs
         if (
             options.space_path is None
-            and not isinstance(attrs.get(STUDY_SPACE_TEXT), str)
+            and stored_space_text(study) is None
             and not setup_complete(study)
         ):
             raise StorageError(
@@ -295,6 +294,8 @@ def create_or_load(
                 f"{paths.name}`: that finishes its set-up",
             )
         space = load_study_space(study, options.space_path)
+        if study.metric_names is None:  # a study from before metric names: named now
+            name_objectives(study, [space.objective.metric])
         return study, space
     assert space is not None
     if paths.name in existing:
@@ -307,7 +308,7 @@ def create_or_load(
                     "finishing its set-up",
                     paths.name,
                 )
-                _store_space(study, space)
+                _store_space(study, space, paths)
                 return study, space
             log.warning(
                 "study %r was left half-created by a stopped `study start` and never ran a "
@@ -340,42 +341,26 @@ def create_or_load(
             "another --study-name",
         ) from e
     pause_at("created")
-    _store_space(study, space)
+    _store_space(study, space, paths)
     pause_at("space")
     return study, space
 
 
-def _store_space(study: optuna.Study, space: SearchSpace) -> None:
-    """The space's attributes; the fingerprint last (it says the space text is stored)."""
-    attrs = {
-        STUDY_SPACE_SOURCE: str(Path(space.source).resolve())
-        if Path(space.source).exists()
-        else space.source,
-        # secrets (API keys, tokens, passwords) are replaced; resume takes them back from the
-        # file or the environment (_with_secrets)
-        STUDY_SPACE_TEXT: redact_space_text(Path(space.source).read_text(encoding="utf-8"))
-        if Path(space.source).exists()
-        else "",
-        STUDY_METRIC: space.objective.metric,
-        **(
-            {
-                STUDY_LOADS: [
-                    {
-                        "label": p.label,
-                        "weight": p.weight,
-                        "concurrency": p.concurrency,
-                        "request_rate": p.request_rate,
-                    }
-                    for p in space.objective.loads
-                ]
-            }
-            if space.objective.loads
-            else {}
-        ),
-        STUDY_FINGERPRINT: space.fingerprint(),
-    }
-    for key, value in attrs.items():
-        study.set_user_attr(key, value)
+def _store_space(study: optuna.Study, space: SearchSpace, paths: StudyPaths) -> None:
+    """The objective's metric names, then the space (see :mod:`autotune.study._space_record`).
+
+    Secrets (API keys, tokens, passwords) in the stored text are replaced; resume takes them
+    back from the file or the environment (:func:`_with_secrets`).
+    """
+    from autotune.study._storage import artifact_store
+
+    name_objectives(study, [space.objective.metric])
+    try:
+        store = artifact_store(paths)
+    except StorageError as e:  # the run refuses it with its message; the space is still kept
+        log.warning("%s", e)
+        store = None
+    store_space(study, space, store)
 
 
 def finish_setup(

@@ -3,57 +3,13 @@ by a real subprocess and read over HTTP."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from study._helpers import REPO, StudyRun, autotune_argv, free_port, run_cli
+from study._helpers import StudyRun, run_cli
 
+from ._browser import serve_dashboard as _dashboard
 from .conftest import SEED_TRIALS
-
-
-@contextmanager
-def _dashboard(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [*autotune_argv(), "dashboard", *args, "--port", str(port)],
-        cwd=REPO,
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                raise AssertionError(f"the dashboard exited with {proc.returncode}:\n{out}\n{err}")
-            try:
-                if httpx.get(f"{url}/api/meta", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError("the dashboard did not answer within 60 s")
-            time.sleep(0.2)
-        yield url, proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def test_dashboard_serves_the_study_and_its_artifacts(seed_study: StudyRun) -> None:

@@ -16,6 +16,8 @@ from study._helpers import StudyRun, finished_trials, run_cli
 from study._loads import MIX, run_mix_study
 
 from autotune.report import build_report, format_report, load_study
+from autotune.study._optuna import set_study_system_attr
+from autotune.study._space_record import SPACE_TEXT_KEY, stored_space_text
 
 
 @pytest.fixture(scope="module")
@@ -146,10 +148,11 @@ def test_the_text_report_names_each_load_and_the_release_can_be_unable(
     study = optuna.load_study(
         study_name=mix_study.name, storage=f"sqlite:///{copy / mix_study.db.name}"
     )
-    space_text = study.user_attrs["autotune:space_text"]
+    space_text = stored_space_text(study)
+    assert space_text is not None
     old = re.sub(r"dialect: ['\"]?0\.5\.23['\"]?", "dialect: '0.5.3'", space_text)
     assert old != space_text
-    study.set_user_attr("autotune:space_text", old)
+    set_study_system_attr(study, SPACE_TEXT_KEY, old)
     loaded, paths = load_study(mix_study.name, studies_dir=copy)
     report = build_report(loaded, paths)
     assert report.loads is not None and report.loads.schedule is not None

@@ -111,3 +111,32 @@ def test_an_unknown_strategy_is_refused(tiny_space: Path) -> None:
     assert done.returncode != 0
     assert "unknown strategy 'annealing'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _confirmed(kind: str, choice: int | None, leader: int | None) -> StudyTrace:
+    from autotune.searchbench._bookkeeping import ConfirmTrace
+
+    trials = (
+        TrialTrace(0, "baseline", "ok", 100.0, 100.0, 1000.0),
+        TrialTrace(1, "search", "ok", 104.0, 99.0, 800.0),  # lucky: measured high, truly slower
+        TrialTrace(2, "search", "ok", 102.0, 103.0, 800.0),
+    )
+    return StudyTrace("x", 0, trials, ConfirmTrace(kind, choice, leader, 2.5, 12))
+
+
+def test_the_confirmed_choice_is_judged_at_noise_0_and_its_gpu_hours_count() -> None:
+    right = score_study(_confirmed("pays", 2, 2), 104.0, 8, maximize=True)
+    assert right.confirmed == pytest.approx(103.0 / 104.0)
+    assert not right.wrong_pays
+    assert right.gpu_hours == pytest.approx(2600 * 8 / 3600 + 2.5)
+    assert right.confirm_gpu_hours == 2.5
+    # "pays" for a configuration truly slower than no speculation is wrong
+    wrong = score_study(_confirmed("pays", 1, 1), 104.0, 8, maximize=True)
+    assert wrong.wrong_pays and wrong.confirmed == pytest.approx(99.0 / 104.0)
+    # "noise": no speculation is the choice, judged against the better of optimum and baseline
+    off = score_study(_confirmed("noise", None, 1), 98.0, 8, maximize=True)
+    assert off.confirmed == pytest.approx(1.0) and not off.wrong_pays
+    summary = summarise([right, wrong, off])
+    assert summary.verdicts == {"noise": 1, "pays": 2}
+    assert summary.wrong_pays == 1
+    assert summary.confirmed_98 == pytest.approx(2 / 3)

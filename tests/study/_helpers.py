@@ -143,11 +143,13 @@ def small_space(
     configs: Sequence[Mapping[str, Any]] | None = None,
     baseline: Any = None,
     edit: Mapping[str, Any] | None = None,
+    confirm: Any = False,
 ) -> Path:
     """A copy of a shipped space that runs in seconds: a tiny workload, a small time scale.
 
     ``configs`` are enqueued after the file's own; ``baseline`` replaces ``enqueue.baseline``
-    when given; ``edit`` replaces top-level sections.
+    when given; ``edit`` replaces top-level sections; ``confirm`` is the space's ``confirm``
+    section (off: the tests of confirmation turn it on).
     """
     doc = yaml.safe_load((SPACES / source).read_text(encoding="utf-8"))
     doc["engine"]["port"] = free_port()  # the first port tried; another is taken if it is busy
@@ -161,6 +163,7 @@ def small_space(
         enqueue["configs"] = [*enqueue.get("configs", []), *(dict(c) for c in configs)]
     if baseline is not None:
         enqueue["baseline"] = baseline
+    doc["confirm"] = confirm
     doc.update(dict(edit or {}))
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / f"small-{source}"

@@ -140,8 +140,12 @@ class StudyLab:
         configs: Sequence[dict[str, Any]] = (),
         parameters: dict[str, Any] | None = None,
         file: str | None = None,
+        confirm: Any = False,
+        noise: float = 0.0,
+        workload: dict[str, Any] | None = None,
     ) -> Path:
-        """Write a space of the fast simulated system with a tiny workload; its path."""
+        """Write a space of the fast simulated system with a tiny workload; its path
+        (``confirm``: the space's confirm section, off unless a test confirms)."""
         engine: dict[str, Any] = {
             "kind": "sim",
             "model_path": FAST_MODEL,
@@ -161,7 +165,7 @@ class StudyLab:
                 "profile": FAST_PROFILE,
                 "dialect": "0.5.23",
                 "time_scale": time_scale,
-                "noise": 0.0,
+                "noise": noise,
                 "faults": list(faults),
             },
         }
@@ -178,11 +182,13 @@ class StudyLab:
                 "input_len": 64,
                 "output_len": 16,
                 "seed": 3,
+                **(workload or {}),
             },
             "objective": {"metric": "output_tok_s"},
             "fixed": {"speculative_algorithm": "EAGLE3"},
             "parameters": parameters or PARAMETERS,
             "enqueue": {"baseline": baseline, "configs": [dict(c) for c in configs]},
+            "confirm": confirm,
         }
         path = self.root / (file or f"{name}.yaml")
         path.write_text(yaml.safe_dump(data, sort_keys=False))

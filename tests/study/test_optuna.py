@@ -28,9 +28,11 @@ from autotune.study._optuna import (
     fixed_params,
     get_trial,
     is_proposal_note,
+    set_study_system_attr,
     set_trial_system_attr,
     set_trial_user_attr,
     storage_of,
+    study_system_attrs,
     take_waiting_trial,
     trial_id_of,
 )
@@ -112,6 +114,14 @@ def test_set_trial_attrs_of_a_trial_known_by_its_id(study: optuna.Study) -> None
     (frozen,) = study.get_trials()
     assert frozen.user_attrs == {"outcome": "ok"}
     assert frozen.system_attrs["autotune:tuner"] == {"pid": 1}
+
+
+def test_study_system_attrs_are_written_and_read_apart_from_user_attrs(study: optuna.Study) -> None:
+    set_study_system_attr(study, "autotune:space_text", "name: x\n")
+    assert study_system_attrs(study)["autotune:space_text"] == "name: x\n"
+    assert "autotune:space_text" not in study.user_attrs
+    again = optuna.load_study(study_name="internals", storage=storage_of(study))
+    assert study_system_attrs(again)["autotune:space_text"] == "name: x\n"
 
 
 def test_fail_trial_fails_a_running_trial_once(study: optuna.Study) -> None:

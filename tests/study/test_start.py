@@ -22,7 +22,6 @@ from ._helpers import (
     SPACES,
     StudyRun,
     artifact_files,
-    best_measured,
     finished_trials,
     run_cli,
     small_space,
@@ -108,8 +107,11 @@ def _demo_summary(study: optuna.Study, report: dict[str, Any], wall_s: float) ->
             or "none"
         ),
         f"baseline (trial 0, no speculation): {report['baseline_value']:.2f} {report['metric']}",
-        f"best: trial {best['number']} ({best['role']}): {best['value']:.2f} {report['metric']}, "
-        f"x{best['speedup']:.2f} over the baseline",
+        report["verdict"]["headline"],
+        f"confirmation: {report['verdict']['rounds']} rounds, {report['verdict']['starts']} "
+        f"server starts, {report['verdict']['gpu_hours']:.1f} GPU h",
+        f"chosen: trial {best['number']} ({best['role']}): {best['value']:.2f} "
+        f"{report['metric']}, x{best['speedup']:.2f} over the baseline in its search run",
         f"  {knobs}",
         f"  {report['best_sglang_command']}",
         f"wall time: {wall_s:.0f} s ({minutes} min {seconds:02d} s)",
@@ -160,12 +162,28 @@ def test_seed_space_study_of_15_trials(tmp_path: Path) -> None:
     for t in trials:
         _check_record(run, study, t, baseline.value)
 
+    # the search is confirmed: the verdict is printed and is the report's first line
+    as_json = run_cli("study", "report", *run.cli_args(), "--json")
+    assert as_json.returncode == 0, as_json.describe()
+    data = json.loads(as_json.stdout)
+    verdict = data["verdict"]
+    assert verdict is not None and verdict["kind"] in ("pays", "noise", "costs"), verdict
+    assert verdict["headline"] in start.stdout
+    assert verdict["starts"] >= 2 * verdict["rounds"] >= 2 * 3, verdict
+    assert verdict["gpu_hours"] > 0
     report = run_cli("study", "report", *run.cli_args())
     assert report.returncode == 0, report.describe()
-    best = best_measured(study)
-    assert best is not None
     text = report.stdout
-    assert f"best: trial {best.number} ({best.user_attrs['role']}): {best.value:.2f}" in text
+    assert text.splitlines()[0] == verdict["headline"]
+    if verdict["kind"] == "pays":
+        best = next(t for t in trials if t.number == verdict["choice"])
+    else:  # the verdict's choice is no speculation
+        assert verdict["choice"] is None
+        best = baseline
+    assert best.value is not None
+    head = f"confirmed choice: trial {best.number} ({best.user_attrs['role']}): {best.value:.2f}"
+    assert head in text, text
+    assert "confirmed: " in text and " GPU h" in text
     launch = _launch_line(text)
     assert launch == best.user_attrs["sglang_command"]
     argv = shlex.split(launch)
@@ -176,9 +194,6 @@ def test_seed_space_study_of_15_trials(tmp_path: Path) -> None:
             flag = "--" + knob.replace("_", "-")
             assert argv[argv.index(flag) + 1] == str(config[knob]), (flag, launch)
 
-    as_json = run_cli("study", "report", *run.cli_args(), "--json")
-    assert as_json.returncode == 0, as_json.describe()
-    data = json.loads(as_json.stdout)
     assert data["best"]["number"] == best.number
     print("\n" + _demo_summary(study, data, start.wall_s))
 

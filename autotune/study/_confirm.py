@@ -1,0 +1,362 @@
+"""Confirmation: the best candidates and the baseline re-measured, interleaved, with statistics.
+
+After the search, the best few distinct configurations (``confirm.candidates``) and the
+no-speculation baseline are started again in rounds: baseline, A, B, C, then B, C, baseline, A,
+and so on (the order turns each round), one start of each per round, so drift between rounds
+(a warming box, a neighbour's job) hits all alike. Each candidate is judged by its ratio to the
+baseline of the same round: the geometric mean over rounds with a Student-t interval
+(:func:`autotune._stats.ratio_interval`). The intervals are family-wise: with ``k`` candidates
+each is taken at ``1 - (1 - confidence) / k`` (Bonferroni), so the chance that any reported
+interval misses is at most ``1 - confidence``.
+
+After ``min_rounds``, a candidate whose interval against the leader lies wholly below it is
+dropped (it stops being started); a candidate that fails to start twice is dropped as unstable.
+The confirmation ends when the leader is decided against the baseline (its interval above 1,
+below 1, or within ``margin`` of 1) and stands apart from the others (alone, or every other
+within ``margin``), or when ``max_rounds`` is reached. The verdict follows
+(:class:`~autotune.study._verdict.Verdict`).
+
+Every measurement is written to the study (user attribute ``autotune:confirmation``) as soon as
+it is taken, so a confirmation stopped by Ctrl-C or a kill goes on where it stopped
+(``autotune study confirm`` or ``autotune study resume``); the first measurements of the search
+itself never count (they chose the candidates: counting them again would favour the lucky).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune._knobs import ServerConfig
+from autotune._stats import ratio_interval
+from autotune.space import ConfirmSpec, SearchSpace
+from autotune.study._evaluate import TrialContext, TrialEvaluator, TrialFiles, TrialHooks
+from autotune.study._record import STUDY_CONFIRMATION, TrialRecord
+from autotune.study._verdict import ArmFigure, Verdict, judge
+
+if TYPE_CHECKING:
+    import optuna
+
+log = logging.getLogger("autotune.study")
+
+BASELINE = "baseline"
+#: Starts of a candidate that may fail in a confirmation before it is dropped as unstable.
+MAX_FAILED_STARTS = 2
+#: The level at which a candidate behind the leader stops being measured. Lower than the
+#: verdict's: dropping a candidate that is truly as good as the leader costs little (the two
+#: are close), while measuring every candidate to the end costs a start per round each.
+CHOICE_CONFIDENCE = 0.8
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration under confirmation: the baseline or a trial of the search."""
+
+    key: str
+    trial: int | None
+    config: ServerConfig
+    params: Mapping[str, Any] | None
+    #: The search's single measurement that made it a candidate.
+    searched: float | None = None
+
+
+def candidates(study: optuna.Study, space: SearchSpace, count: int) -> list[Arm]:
+    """The baseline and the ``count`` best distinct measured configurations within the limits
+    (the search's figures rank them; ties: the earlier trial)."""
+    from optuna.trial import TrialState
+
+    maximize = space.objective.direction == "maximize"
+    ranked = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        record = TrialRecord.from_trial(t)
+        if record.role == BASELINE or not record.measured or record.value is None:
+            continue
+        if t.constraints and any(v > 0 for v in t.constraints.values()):
+            continue
+        ranked.append((record.value if maximize else -record.value, -t.number, t))
+    ranked.sort(key=lambda x: (x[0], x[1]), reverse=True)
+    arms = [Arm(BASELINE, None, space.baseline_config(), None)]
+    seen = [arms[0].config]
+    for _, _, t in ranked:
+        config = space.config_for(t.params)
+        if config in seen:
+            continue
+        seen.append(config)
+        arms.append(Arm(f"trial {t.number}", t.number, config, dict(t.params), t.value))
+        if len(arms) > count:
+            break
+    return arms
+
+
+@dataclass
+class Measurement:
+    round: int
+    arm: str
+    value: float | None
+    outcome: str
+    gpu_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "arm": self.arm,
+            "value": self.value,
+            "outcome": self.outcome,
+            "gpu_s": round(self.gpu_s, 3),
+        }
+
+
+class Confirmation:
+    """Runs the confirmation of one study (see the module docstring).
+
+    ``evaluator`` starts and measures each configuration (the study's own: a real server, or
+    the search benchmark's oracle) and prices each run in GPU seconds
+    (:meth:`~autotune.study._evaluate.TrialEvaluator.gpu_seconds`, ``gpus`` GPUs held);
+    ``hooks`` makes each run's callbacks (process record, cancellation), ``after_run`` is
+    called when a run ended however it ended; ``on_line`` receives a line per measurement.
+    """
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        space: SearchSpace,
+        evaluator: TrialEvaluator,
+        *,
+        spec: ConfirmSpec | None = None,
+        folder: Path,
+        gpus: int,
+        hooks: Callable[[], TrialHooks] = TrialHooks,
+        on_line: Callable[[str], None] | None = None,
+        after_run: Callable[[], None] | None = None,
+    ) -> None:
+        self.study = study
+        self.space = space
+        self.evaluator = evaluator
+        self.spec = spec or space.confirm
+        self.folder = folder
+        self.gpus = gpus
+        self.hooks = hooks
+        self.on_line = on_line or (lambda line: None)
+        self.after_run = after_run or (lambda: None)
+        self.maximize = space.objective.direction == "maximize"
+
+    # --- state -----------------------------------------------------------------------------
+    def _load(self, arms: Sequence[Arm]) -> list[Measurement]:
+        """The measurements recorded for these arms (none when the candidates changed)."""
+        state = self.study.user_attrs.get(STUDY_CONFIRMATION)
+        if not isinstance(state, dict) or state.get("version") != _VERSION:
+            return []
+        if state.get("arms") != [a.key for a in arms]:
+            return []
+        out = []
+        for m in state.get("measurements") or []:
+            value = m.get("value")
+            out.append(
+                Measurement(
+                    int(m["round"]),
+                    str(m["arm"]),
+                    float(value) if isinstance(value, (int, float)) else None,
+                    str(m.get("outcome") or "ok"),
+                    float(m.get("gpu_s") or 0.0),
+                )
+            )
+        return out
+
+    def _save(self, arms: Sequence[Arm], done: list[Measurement], verdict: Verdict | None) -> None:
+        state: dict[str, Any] = {
+            "version": _VERSION,
+            "arms": [a.key for a in arms],
+            "configs": {a.key: dict(a.params) if a.params is not None else None for a in arms},
+            "searched": {a.key: a.searched for a in arms},
+            "spec": {
+                "candidates": self.spec.candidates,
+                "min_rounds": self.spec.min_rounds,
+                "max_rounds": self.spec.max_rounds,
+                "confidence": self.spec.confidence,
+                "margin": self.spec.margin,
+            },
+            "measurements": [m.to_dict() for m in done],
+        }
+        if verdict is not None:
+            state["verdict"] = verdict.to_dict()
+        self.study.set_user_attr(STUDY_CONFIRMATION, state)
+
+    # --- the rounds ------------------------------------------------------------------------
+    def run(self) -> Verdict:
+        """Confirm the study's best candidates; the verdict is also written to the study."""
+        arms = candidates(self.study, self.space, self.spec.candidates)
+        done = self._load(arms)
+        k = len(arms) - 1
+        while k > 0:
+            figures = self._figures(arms, done, k)
+            dropped = {f.key for f in figures if f.dropped is not None}
+            r = self._next_round(arms, done, dropped)
+            if r >= self.spec.max_rounds or (
+                r >= self.spec.min_rounds and self._decided(figures, done)
+            ):
+                break
+            self._round(arms, done, dropped, r)
+        figures = self._figures(arms, done, k) if k else []
+        notes = []
+        if any(m.arm == BASELINE and m.value is None for m in done):
+            failed = sum(1 for m in done if m.arm == BASELINE and m.value is None)
+            notes.append(
+                f"the baseline did not start in {failed} run(s): those rounds are left out"
+            )
+        verdict = judge(
+            figures,
+            rounds=self._next_round(arms, done, {f.key for f in figures if f.dropped}),
+            starts=len(done),
+            gpu_hours=sum(m.gpu_s for m in done) / 3600.0,
+            spec=self.spec,
+            shown=[p.name for p in self.space.parameters],
+            notes=notes,
+        )
+        self._save(arms, done, verdict)
+        return verdict
+
+    @staticmethod
+    def _next_round(arms: Sequence[Arm], done: Sequence[Measurement], dropped: set[str]) -> int:
+        """The round to measure next: the last one while an arm still standing lacks its run
+        there (a confirmation stopped half-way goes on inside its round), else a new one. It is
+        also the number of rounds complete."""
+        if not done:
+            return 0
+        last = max(m.round for m in done)
+        taken = {m.arm for m in done if m.round == last}
+        standing = [a.key for a in arms if a.key not in dropped]
+        return last if any(key not in taken for key in standing) else last + 1
+
+    def _round(
+        self, arms: Sequence[Arm], done: list[Measurement], dropped: set[str], r: int
+    ) -> None:
+        """Measure round ``r`` (what of it is not recorded yet), in the round's turned order."""
+        standing = [a for a in arms if a.key not in dropped]
+        shift = r % len(standing)
+        taken = {m.arm for m in done if m.round == r}
+        for arm in standing[shift:] + standing[:shift]:
+            if arm.key in taken:
+                continue
+            m = self._measure(arm, r, len(done))
+            done.append(m)
+            self._save(arms, done, None)
+            self.on_line(self._line(m, done))
+
+    def _measure(self, arm: Arm, r: int, index: int) -> Measurement:
+        label = "baseline" if arm.trial is None else f"t{arm.trial:04d}"
+        files = TrialFiles(self.folder / f"r{r + 1:02d}-{label}")
+        context = TrialContext(index, "confirm", arm.params, files, self.hooks())
+        started = time.monotonic()
+        try:
+            record = self.evaluator.evaluate(arm.config, context)
+        finally:
+            self.after_run()
+        wall = time.monotonic() - started
+        value = record.value if record.measured else None
+        cost = self.evaluator.gpu_seconds(record, wall, self.gpus)
+        return Measurement(r, arm.key, value, str(record.outcome), cost)
+
+    def _line(self, m: Measurement, done: Sequence[Measurement]) -> str:
+        metric = self.space.objective.metric
+        head = f"confirm round {m.round + 1} (at most {self.spec.max_rounds}): {m.arm}"
+        if m.value is None:
+            return f"{head} {m.outcome}"
+        base = next(
+            (x.value for x in done if x.round == m.round and x.arm == BASELINE and x.value), None
+        )
+        tail = ""
+        if base and m.arm != BASELINE:
+            tail = f" (x{self._good(m.value, base):.3f} over this round's baseline)"
+        return f"{head} {m.value:.2f} {metric}{tail}"
+
+    # --- the statistics --------------------------------------------------------------------
+    def _good(self, value: float, base: float) -> float:
+        """How many times better ``value`` is than ``base`` (the ratio, or its inverse when the
+        objective is minimised)."""
+        return value / base if self.maximize else base / value
+
+    def _pairs(self, done: Sequence[Measurement], a: str, b: str) -> list[tuple[float, float]]:
+        """``(a, b)`` of every round where both were measured, oriented so that a ratio above
+        1 means ``a`` is better."""
+        by: dict[int, dict[str, float]] = {}
+        for m in done:
+            if m.value is not None and m.value > 0:
+                by.setdefault(m.round, {})[m.arm] = m.value
+        out = []
+        for values in by.values():
+            if a in values and b in values:
+                x, y = values[a], values[b]
+                out.append((x, y) if self.maximize else (y, x))
+        return out
+
+    def _figures(self, arms: Sequence[Arm], done: Sequence[Measurement], k: int) -> list[ArmFigure]:
+        """Each candidate's ratio to the baseline at the family-wise level, and why it was
+        dropped, if it was: unstable, or behind the leader at :data:`CHOICE_CONFIDENCE`."""
+        level = 1.0 - (1.0 - self.spec.confidence) / max(1, k)
+        figures = []
+        for arm in arms[1:]:
+            failed = sum(1 for m in done if m.arm == arm.key and m.value is None)
+            interval = ratio_interval(self._pairs(done, arm.key, BASELINE), level)
+            figures.append(
+                ArmFigure(
+                    key=arm.key,
+                    trial=arm.trial,
+                    config=arm.config.to_params(),
+                    searched=arm.searched,
+                    ratio=None if interval is None else interval[0],
+                    low=None if interval is None else interval[1],
+                    high=None if interval is None else interval[2],
+                    runs=sum(1 for m in done if m.arm == arm.key),
+                    failed=failed,
+                    dropped=(
+                        f"did not start in {failed} confirmation runs"
+                        if failed >= MAX_FAILED_STARTS
+                        else None
+                    ),
+                )
+            )
+        if len({m.round for m in done}) < self.spec.min_rounds:
+            return figures
+        standing = [f for f in figures if f.dropped is None and f.ratio is not None]
+        if not standing:
+            return figures
+        leader = max(standing, key=lambda f: f.ratio or 0.0)
+        out = []
+        for f in figures:
+            if f in standing and f is not leader:
+                versus = ratio_interval(self._pairs(done, f.key, leader.key), CHOICE_CONFIDENCE)
+                if versus is not None and versus[2] < 1.0:
+                    f = f.with_dropped(
+                        f"behind {leader.key}: x{versus[0]:.3f} [{versus[1]:.3f}, "
+                        f"{versus[2]:.3f}] of it"
+                    )
+            out.append(f)
+        return out
+
+    def _decided(self, figures: Sequence[ArmFigure], done: Sequence[Measurement]) -> bool:
+        """The leader is decided against the baseline (its interval above 1, below 1, or
+        within the margin of 1) and no candidate still standing may beat it by more than the
+        margin (at :data:`CHOICE_CONFIDENCE`)."""
+        standing = [f for f in figures if f.dropped is None and f.ratio is not None]
+        if not standing:
+            return True
+        leader = max(standing, key=lambda f: f.ratio or 0.0)
+        assert leader.low is not None and leader.high is not None
+        margin = self.spec.margin
+        if not (
+            leader.low > 1.0
+            or leader.high < 1.0
+            or (leader.low >= 1.0 - margin and leader.high <= 1.0 + margin)
+        ):
+            return False
+        for f in standing:
+            if f is not leader:
+                versus = ratio_interval(self._pairs(done, f.key, leader.key), CHOICE_CONFIDENCE)
+                if versus is None or versus[2] > 1.0 + margin:
+                    return False
+        return True

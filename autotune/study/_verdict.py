@@ -1,0 +1,198 @@
+"""The verdict of a confirmed study: does speculation pay here, with what, by how much.
+
+Built by :mod:`autotune.study._confirm` from the interleaved re-measurements, stored with the
+study (``autotune:confirmation``) and read back by the report, whose first line it is:
+
+* ``pays``: the leader's interval over the baseline lies above 1, e.g.
+  ``EAGLE-3 pays: x1.04 [1.02, 1.06] over no speculation with speculative_num_steps=2, ...``;
+* ``noise``: the leader's interval holds 1: ``no configuration beats no speculation beyond noise
+  (best x1.01 [0.99, 1.03] ...)``, so run without speculation;
+* ``costs``: even the leader is slower than no speculation, beyond noise;
+* ``none``: nothing could be confirmed (no speculative configuration was measured, or the
+  baseline did not start during the confirmation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.space import ConfirmSpec
+
+KINDS = ("pays", "noise", "costs", "none")
+_NAMES = {"EAGLE3": "EAGLE-3", "EAGLE": "EAGLE-2", "NEXTN": "NextN (MTP)"}
+
+
+@dataclass(frozen=True)
+class ArmFigure:
+    """One candidate's confirmed figure: its ratio to the baseline with the interval."""
+
+    key: str
+    trial: int | None
+    config: Mapping[str, Any]
+    #: The single measurement of the search that made it a candidate.
+    searched: float | None
+    ratio: float | None
+    low: float | None
+    high: float | None
+    #: Confirmation starts of this configuration, and how many did not give a figure.
+    runs: int
+    failed: int = 0
+    #: Why it stopped being measured (worse than the leader, unstable), or None.
+    dropped: str | None = None
+
+    def with_dropped(self, why: str) -> ArmFigure:
+        return dataclasses.replace(self, dropped=why)
+
+    def interval(self) -> str:
+        if self.ratio is None or self.low is None or self.high is None:
+            return "x? (fewer than two paired rounds)"
+        return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "config": dict(self.config)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ArmFigure:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the confirmation concluded (see the module docstring)."""
+
+    kind: str
+    headline: str
+    #: The configuration to run: the leader's trial number, or None (no speculation).
+    choice: int | None
+    leader: ArmFigure | None
+    arms: tuple[ArmFigure, ...] = ()
+    rounds: int = 0
+    starts: int = 0
+    gpu_hours: float = 0.0
+    confidence: float = 0.95
+    margin: float = 0.01
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def pays(self) -> bool:
+        return self.kind == "pays"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["leader"] = None if self.leader is None else self.leader.to_dict()
+        out["arms"] = [a.to_dict() for a in self.arms]
+        out["notes"] = list(self.notes)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Verdict | None:
+        """The verdict a study recorded; None when it is missing or not one this version reads."""
+        try:
+            leader = data.get("leader")
+            return cls(
+                kind=str(data["kind"]),
+                headline=str(data["headline"]),
+                choice=data.get("choice"),
+                leader=None if not leader else ArmFigure.from_dict(leader),
+                arms=tuple(ArmFigure.from_dict(a) for a in data.get("arms") or ()),
+                rounds=int(data.get("rounds") or 0),
+                starts=int(data.get("starts") or 0),
+                gpu_hours=float(data.get("gpu_hours") or 0.0),
+                confidence=float(data.get("confidence") or 0.95),
+                margin=float(data.get("margin") or 0.01),
+                notes=tuple(str(n) for n in data.get("notes") or ()),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def lines(self) -> list[str]:
+        """The verdict as the report prints it: the headline, then how it was reached."""
+        out = [self.headline]
+        out.append(
+            f"confirmed: {self.rounds} interleaved rounds, {self.starts} server starts, "
+            f"{self.gpu_hours:.2f} GPU h; intervals {self.confidence:.0%} family-wise"
+        )
+        for arm in self.arms:
+            state = "" if arm.dropped is None else f"  dropped: {arm.dropped}"
+            searched = "" if arm.searched is None else f", searched {arm.searched:.2f}"
+            failed = f", {arm.failed} did not start" if arm.failed else ""
+            out.append(
+                f"    {arm.key}: {arm.interval()} over the baseline, {arm.runs} runs"
+                f"{failed}{searched}{state}"
+            )
+        out += [f"    {n}" for n in self.notes]
+        return out
+
+
+def judge(
+    figures: Sequence[ArmFigure],
+    *,
+    rounds: int,
+    starts: int,
+    gpu_hours: float,
+    spec: ConfirmSpec,
+    shown: Sequence[str] = (),
+    notes: Sequence[str] = (),
+) -> Verdict:
+    """The verdict of the candidates' figures: the leader (best ratio among those standing)
+    against 1 (see the module docstring). ``shown``: the knobs the headline names."""
+
+    def verdict(kind: str, headline: str, choice: int | None, leader: ArmFigure | None) -> Verdict:
+        return Verdict(
+            kind,
+            headline,
+            choice,
+            leader,
+            arms=tuple(figures),
+            rounds=rounds,
+            starts=starts,
+            gpu_hours=gpu_hours,
+            confidence=spec.confidence,
+            margin=spec.margin,
+            notes=tuple(notes),
+        )
+
+    standing = [f for f in figures if f.dropped is None and f.ratio is not None]
+    if not standing:
+        standing = [f for f in figures if f.ratio is not None]
+    if not standing:
+        why = (
+            "no speculative configuration was measured"
+            if not figures
+            else "no candidate was measured beside the baseline in two rounds"
+        )
+        return verdict("none", f"not confirmed: {why}", None, None)
+    leader = max(standing, key=lambda f: f.ratio or 0.0)
+    assert leader.low is not None and leader.high is not None
+    knobs = ", ".join(
+        f"{k}={_show(leader.config[k])}" for k in shown if leader.config.get(k) is not None
+    ) or ", ".join(f"{k}={_show(v)}" for k, v in leader.config.items() if v is not None)
+    name = _NAMES.get(str(leader.config.get("speculative_algorithm")), "speculation")
+    figure = f"x{leader.ratio:.2f} [{leader.low:.2f}, {leader.high:.2f}]"
+    if leader.low > 1.0:
+        kind = "pays"
+        headline = f"{name} pays: {figure} over no speculation with {knobs}"
+        choice = leader.trial
+    elif leader.high < 1.0:
+        kind = "costs"
+        headline = (
+            f"{name} costs here: the best configuration runs at {figure} of no speculation "
+            f"({knobs}); serve without it"
+        )
+        choice = None
+    else:
+        kind = "noise"
+        headline = (
+            f"no configuration beats no speculation beyond noise (best {figure}, {knobs}); "
+            "serve without it, or confirm with more rounds"
+        )
+        choice = None
+    return verdict(kind, headline, choice, leader)
+
+
+def _show(value: Any) -> str:
+    return f"{value:.12g}" if isinstance(value, float) else str(value)

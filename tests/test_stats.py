@@ -1,0 +1,47 @@
+"""The ratio interval of paired measurements: the figure confirmation decides by."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from autotune._stats import ratio_interval
+
+
+def test_the_ratio_is_the_geometric_mean_and_the_interval_students_t() -> None:
+    pairs = [(110.0, 100.0), (121.0, 110.0), (99.0, 100.0)]
+    ratio, low, high = ratio_interval(pairs, 0.95) or (0.0, 0.0, 0.0)
+    logs = [math.log(a / b) for a, b in pairs]
+    mean = sum(logs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2)
+    half = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, 2 degrees of freedom)
+    assert ratio == pytest.approx(math.exp(mean), rel=1e-12)
+    assert (low, high) == pytest.approx((math.exp(mean - half), math.exp(mean + half)), rel=1e-9)
+
+
+def test_one_pair_has_no_interval_and_a_drift_shared_by_both_cancels() -> None:
+    assert ratio_interval([(2.0, 1.0)], 0.95) is None
+    # the box slows down round by round; paired, the ratio stays 1.05 exactly
+    drifting = [(1.05 * v, v) for v in (100.0, 90.0, 80.0, 70.0)]
+    ratio, low, high = ratio_interval(drifting, 0.95) or (0.0, 0.0, 0.0)
+    assert ratio == pytest.approx(1.05) and low == pytest.approx(1.05)
+    assert high == pytest.approx(1.05)
+
+
+@pytest.mark.parametrize("rounds", [3, 6, 10])
+def test_the_interval_covers_the_true_ratio_as_often_as_it_says(rounds: int) -> None:
+    rng = random.Random(rounds)
+    true = 1.04
+    covered = 0
+    trials = 2000
+    for _ in range(trials):
+        pairs = [
+            (true * 70.0 * rng.gauss(1.0, 0.02), 70.0 * rng.gauss(1.0, 0.02)) for _ in range(rounds)
+        ]
+        interval = ratio_interval(pairs, 0.95)
+        assert interval is not None
+        covered += interval[1] <= true <= interval[2]
+    # 95% nominal; 2000 draws put the binomial's standard deviation at 0.5%
+    assert 0.93 <= covered / trials <= 0.97, covered / trials
