@@ -260,7 +260,7 @@ def status(
 
     with storage_faults(paths):
         study, paths = load_study(study_name, storage=storage, studies_dir=studies_dir)
-        rep = build_report(study, paths)
+        rep = build_report(study, paths, schedule=False)
     target = f"/{rep.target}" if rep.target else ""
     best = "-" if rep.best is None or rep.best.value is None else f"{rep.best.value:.2f}"
     typer.echo(

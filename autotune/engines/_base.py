@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,6 +20,23 @@ if TYPE_CHECKING:
     from autotune.crashes import CrashRules
     from autotune.engines._serving import ServerApi
     from autotune.server import Readiness
+
+
+@dataclass(frozen=True)
+class LoadSchedule:
+    """How one server follows a per-load choice of speculative settings: the launch command and
+    the files it names (name -> content), or why this engine release cannot express it."""
+
+    command: str | None = None
+    files: Mapping[str, str] = field(default_factory=dict)
+    #: Why the choice cannot be launched as one server (``None``: ``command`` launches it).
+    reason: str | None = None
+    #: What the command keeps from one choice for all loads (knobs a server has once).
+    note: str | None = None
+
+    @property
+    def expressible(self) -> bool:
+        return self.reason is None and self.command is not None
 
 
 @dataclass(frozen=True)
@@ -142,6 +159,23 @@ class Engine(abc.ABC):
         is refused before any trial (``{}``: all can be launched).
         """
         return {}
+
+    # --- one server that follows a load mix ----------------------------------------------
+    def schedule_refusal(self, config: ServerConfig) -> str | None:
+        """Why ``config`` cannot be one load's choice in a :meth:`load_schedule` (``None``: it
+        can)."""
+        return f"{self.describe()} cannot change its speculative settings with the load"
+
+    def load_schedule(
+        self, choices: Sequence[tuple[int, ServerConfig]], base: ServerConfig
+    ) -> LoadSchedule:
+        """One launch that runs each ``(batch size, configuration)`` choice at that many
+        running requests; ``base`` gives the knobs a server has once (memory, CUDA graphs).
+
+        The default: this engine cannot (``reason`` says so)."""
+        return LoadSchedule(
+            reason=f"{self.describe()} cannot change its speculative settings with the load"
+        )
 
     def hardware(self) -> Hardware:
         """The GPUs the engine will use, as far as they are known."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autotune.report._figures import crash_map, optimization_history, trials_frame
+from autotune.report._loads import CurveRow, LoadReport, LoadWinner, Schedule, format_loads
 from autotune.report._report import (
     StudyReport,
     TrialRow,
@@ -14,6 +15,10 @@ from autotune.report._studies import StudyInfo, list_studies
 from autotune.report._tables import Table, best_trials_table, crash_table
 
 __all__ = [
+    "CurveRow",
+    "LoadReport",
+    "LoadWinner",
+    "Schedule",
     "StudyInfo",
     "StudyReport",
     "Table",
@@ -22,6 +27,7 @@ __all__ = [
     "build_report",
     "crash_map",
     "crash_table",
+    "format_loads",
     "format_report",
     "list_studies",
     "load_study",

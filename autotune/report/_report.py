@@ -13,14 +13,24 @@ run while a study is running (and against a study another machine is running).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._errors import StorageError
 from autotune._redact import redact_text, redact_url
+from autotune.report._loads import (
+    LoadReport,
+    Planner,
+    Refusal,
+    Schedule,
+    build_load_report,
+    format_loads,
+)
 from autotune.study._record import (
     STUDY_CONFIRMATION,
+    STUDY_LOADS,
     STUDY_METRIC,
     STUDY_REFUSED,
     STUDY_TARGET,
@@ -91,6 +101,8 @@ class StudyReport:
     violations: dict[str, int] = field(default_factory=dict)
     #: A multi-objective study's Pareto front (feasible, not dominated), by the first objective.
     pareto_front: list[TrialRow] = field(default_factory=list)
+    #: With a load mix: the winners per load, the curve, where speculation stops paying.
+    loads: LoadReport | None = None
     #: The confirmation's verdict (None: the study was not confirmed); when there is one,
     #: ``best`` is its choice (the baseline when speculation does not pay).
     verdict: Verdict | None = None
@@ -150,8 +162,11 @@ def load_study(
     return optuna.load_study(study_name=name, storage=rdb), paths
 
 
-def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
-    """What a study found: its best configuration against the baseline, and what failed."""
+def build_report(study: optuna.Study, paths: StudyPaths, *, schedule: bool = True) -> StudyReport:
+    """What a study found: its best configuration against the baseline, and what failed.
+
+    With a load mix, also what it found at each load (:mod:`autotune.report._loads`);
+    ``schedule`` asks the study's engine for the launch that follows the per-load winners."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
@@ -191,6 +206,7 @@ def build_report(study: optuna.Study, paths: StudyPaths) -> StudyReport:
         metrics=list(names),
         directions=directions,
         violations={**dict.fromkeys(_limits(study), 0), **violations},
+        loads=_load_report(study, rows, records, maximize, schedule=schedule),
         verdict=recorded_verdict(study),
     )
     if len(directions) > 1:
@@ -219,6 +235,69 @@ def _limits(study: optuna.Study) -> list[str]:
             if name != "starts":
                 names[name] = None
     return list(names)
+
+
+def _load_report(
+    study: optuna.Study,
+    rows: list[TrialRow],
+    records: dict[int, TrialRecord],
+    maximize: bool,
+    *,
+    schedule: bool,
+) -> LoadReport | None:
+    points = study.user_attrs.get(STUDY_LOADS)
+    if not isinstance(points, list) or not points:
+        return None
+    entries = [(r.number, r.role, r.value, records[r.number], r.feasible) for r in rows]
+    refusal, planner = _engine_planner(study) if schedule else (None, None)
+    return build_load_report(
+        [p for p in points if isinstance(p, dict) and "label" in p and "weight" in p],
+        entries,
+        metric=str(study.user_attrs.get(STUDY_METRIC, "objective")),
+        maximize=maximize,
+        refusal=refusal,
+        planner=planner,
+    )
+
+
+def _engine_planner(study: optuna.Study) -> tuple[Refusal, Planner]:
+    """The study's engine, asked whether a configuration can be one load's choice of a single
+    server and for that server's launch; a space that cannot be read says so instead."""
+    from autotune._errors import AutotuneError
+    from autotune._knobs import ServerConfig
+    from autotune.engines import create_engine
+    from autotune.study._setup import load_study_space
+
+    try:
+        space = load_study_space(study, None)
+        engine = create_engine(space.engine)
+    except AutotuneError as e:
+        why = f"the study's space cannot be read here ({e.message})"
+        return (lambda knobs: why), (lambda choices, base: Schedule(reason=why))
+
+    def config_of(knobs: Mapping[str, Any] | None) -> ServerConfig:
+        return space.baseline_config() if knobs is None else space.config_for(knobs)
+
+    def refusal(knobs: Mapping[str, Any] | None) -> str | None:
+        try:
+            return engine.schedule_refusal(config_of(knobs))
+        except AutotuneError as e:
+            return e.message
+
+    def planner(
+        choices: Sequence[tuple[int, Mapping[str, Any] | None]], base: Mapping[str, Any]
+    ) -> Schedule:
+        try:
+            plan = engine.load_schedule(
+                [(size, config_of(knobs)) for size, knobs in choices], config_of(base)
+            )
+        except AutotuneError as e:
+            return Schedule(reason=e.message)
+        return Schedule(
+            command=plan.command, files=dict(plan.files), note=plan.note, reason=plan.reason
+        )
+
+    return refusal, planner
 
 
 def recorded_verdict(study: optuna.Study) -> Verdict | None:
@@ -322,6 +401,8 @@ def format_report(report: StudyReport) -> str:
         lines += _front_lines(report)
     if verdict is not None:
         lines += verdict.lines()[1:]
+    if report.loads is not None:
+        lines += format_loads(report.loads)
     lines.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(report.outcomes.items())))
     if report.refused_before_launch:
         lines.append(

@@ -11,18 +11,26 @@ at noise 0, and the share of its trials measured over a limit in its first and i
 "reaches" a share of the optimum at the first trial whose incumbent's true value is at least
 that share; trials and GPU hours are counted up to and including that trial (the baseline trial
 counts: the tuner always runs it).
+
+With a load mix, each load point's winner at the end of the study (the configuration measured
+best at that point) is judged by its true value at that point against the point's own optimum.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.searchbench._oracle import GPU_S_ATTR, TRUE_FEASIBLE_ATTR, TRUE_VALUE_ATTR
-from autotune.study._record import Outcome, first_value, outcome_of
+from autotune.searchbench._oracle import (
+    GPU_S_ATTR,
+    TRUE_FEASIBLE_ATTR,
+    TRUE_LOADS_ATTR,
+    TRUE_VALUE_ATTR,
+)
+from autotune.study._record import Outcome, TrialRecord, first_value, outcome_of
 
 if TYPE_CHECKING:
     import optuna
@@ -46,6 +54,9 @@ class TrialTrace:
     violated: bool = False
     #: Its noise-free figures meet every constraint (None: not measured by the oracle).
     true_feasible: bool | None = None
+    #: With a load mix: the measured and the noise-free objective at each load point.
+    measured_loads: Mapping[str, float] = field(default_factory=dict)
+    true_loads: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,13 @@ def trace_of(
         complete = t.state == TrialState.COMPLETE
         limits = [v for name, v in (t.constraints or {}).items() if name != "starts"]
         true_feasible = attrs.get(TRUE_FEASIBLE_ATTR)
+        record = TrialRecord.from_attrs(attrs)
+        measured_loads = {k: v for k in record.loads if (v := record.at_load(k)) is not None}
+        true_loads = {
+            str(k): float(v)
+            for k, v in (attrs.get(TRUE_LOADS_ATTR) or {}).items()
+            if isinstance(v, (int, float))
+        }
         trials.append(
             TrialTrace(
                 t.number,
@@ -101,6 +119,8 @@ def trace_of(
                 float(attrs.get(GPU_S_ATTR) or 0.0),
                 complete and any(v > 0 for v in limits),
                 true_feasible if isinstance(true_feasible, bool) else None,
+                measured_loads if t.state == TrialState.COMPLETE else {},
+                true_loads,
             )
         )
     ordered = tuple(sorted(trials, key=lambda t: t.number))
@@ -132,6 +152,17 @@ class StudyScore:
             self.violations[1] / self.halves[1] if self.halves[1] else 0.0,
         )
 
+    #: With a load mix: each load point's winner (best measured there, baseline aside), its
+    #: true value's share of that point's optimum.
+    load_shares: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def loads_within_98(self) -> bool | None:
+        """Whether every load point's winner is within 98% of that point's optimum."""
+        if not self.load_shares:
+            return None
+        return all(v >= 0.98 - 1e-12 for v in self.load_shares.values())
+
     #: The confirmed choice's true value over the best of the optimum and the baseline (the
     #: right answer may be "no speculation"); None: not confirmed.
     confirmed: float | None = None
@@ -141,7 +172,37 @@ class StudyScore:
     confirm_gpu_hours: float = 0.0
 
 
-def score_study(trace: StudyTrace, optimum: float, gpus: int, *, maximize: bool) -> StudyScore:
+def load_winner_shares(
+    trace: StudyTrace, optima: Mapping[str, float], *, maximize: bool
+) -> dict[str, float]:
+    """Per load point: the true value of the configuration measured best there (the baseline
+    aside, as it is outside the space), as a share of the point's optimum (0: none measured)."""
+    shares: dict[str, float] = {}
+    for label, optimum in optima.items():
+        best: TrialTrace | None = None
+        for trial in trace.trials:
+            mine = trial.measured_loads.get(label)
+            if trial.role == "baseline" or mine is None or label not in trial.true_loads:
+                continue
+            theirs = None if best is None else best.measured_loads[label]
+            if theirs is None or (mine > theirs if maximize else mine < theirs):
+                best = trial
+        if best is None:
+            shares[label] = 0.0
+            continue
+        true = best.true_loads[label]
+        shares[label] = true / optimum if maximize else optimum / true
+    return shares
+
+
+def score_study(
+    trace: StudyTrace,
+    optimum: float,
+    gpus: int,
+    *,
+    maximize: bool,
+    load_optima: Mapping[str, float] | None = None,
+) -> StudyScore:
     best_measured: float | None = None
     final_feasible: bool | None = None
     incumbent_true = 0.0
@@ -189,6 +250,7 @@ def score_study(trace: StudyTrace, optimum: float, gpus: int, *, maximize: bool)
         (sum(t.violated for t in first), sum(t.violated for t in second)),
         (len(first), len(second)),
         final_feasible,
+        load_winner_shares(trace, load_optima, maximize=maximize) if load_optima else {},
         confirmed,
         None if trace.confirmation is None else trace.confirmation.kind,
         wrong,
@@ -238,6 +300,8 @@ class StrategySummary:
     #: Mean over seeds of the share of trials measured over a limit, per half of the study.
     violation_share_first_half: float = 0.0
     violation_share_second_half: float = 0.0
+    #: With a load mix: seeds whose every per-load winner is within 98% of the per-load optimum.
+    loads_within_98: int | None = None
     #: Confirmed studies: median share of the confirmed choice, seeds within 98%, verdicts.
     median_confirmed: float | None = None
     confirmed_98: float | None = None
@@ -268,6 +332,11 @@ def summarise(scores: Sequence[StudyScore]) -> StrategySummary:
         final_feasible=sum(s.final_feasible is True for s in scores),
         violation_share_first_half=statistics.fmean(s.violation_shares()[0] for s in scores),
         violation_share_second_half=statistics.fmean(s.violation_shares()[1] for s in scores),
+        loads_within_98=(
+            None
+            if scores[0].loads_within_98 is None
+            else sum(bool(s.loads_within_98) for s in scores)
+        ),
         **_confirmed_summary(scores),
     )
 

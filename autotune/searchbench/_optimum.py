@@ -5,7 +5,9 @@ Configurations SGLang's rules refuse are skipped, as the tuner never launches th
 constraints (``objective.constraints``, the oracle's), the optimum is the best configuration whose
 noise-free figures meet them, and the best without them is kept too, to show whether a limit
 binds. The result also tells how the space is made: how many configurations start, crash (by
-category) or are refused, and how many break a limit.
+category) or are refused, and how many break a limit. With a load mix it also holds the optimum
+at each load point (the best configuration of the space at that load alone), from the same
+evaluations.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class Optimum:
     #: break one (None: no constraints).
     unconstrained_value: float | None = None
     violating: int | None = None
+    #: With a load mix: the best value at each load point (by label) and its parameters.
+    loads: dict[str, float] = field(default_factory=dict)
+    load_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def grid(space: SearchSpace) -> Iterator[dict[str, Any]]:
@@ -73,6 +78,7 @@ def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = Non
     best: tuple[float, dict[str, Any]] | None = None
     free: float | None = None
     violating = 0
+    per_load: dict[str, tuple[float, dict[str, Any]]] = {}
     count = 0
     for params in grid(space):
         count += 1
@@ -91,9 +97,12 @@ def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = Non
             violating += 1
             continue
         values.append(answer.value)
-        better = best is None or (answer.value > best[0] if maximize else answer.value < best[0])
-        if better:
+        if _better(answer.value, best, maximize):
             best = (answer.value, params)
+        for label, figures in answer.loads.items():
+            value = figures.get("value")
+            if value is not None and _better(value, per_load.get(label), maximize):
+                per_load[label] = (value, params)
     if best is None:
         what = "meets the constraints" if free is not None else "starts"
         raise ConfigError(f"no configuration of the space {what}", source=space.source)
@@ -114,7 +123,13 @@ def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = Non
         within(0.98),
         free if constrained else None,
         violating if constrained else None,
+        {k: v[0] for k, v in per_load.items()},
+        {k: v[1] for k, v in per_load.items()},
     )
+
+
+def _better(value: float, best: tuple[float, Any] | None, maximize: bool) -> bool:
+    return best is None or (value > best[0] if maximize else value < best[0])
 
 
 def space_size(space: SearchSpace) -> int:

@@ -31,9 +31,9 @@ from autotune._knobs import ServerConfig
 from autotune._slo import RequestLimits
 from autotune.bench import WorkloadSpec
 from autotune.sim import SimModel
-from autotune.space import METRICS, ConstraintSpec
+from autotune.space import METRICS, ConstraintSpec, LoadPoint, weighted_mean
 from autotune.study._evaluate import TrialContext, TrialEvaluator
-from autotune.study._record import METRIC_ATTRS, Outcome, TrialRecord
+from autotune.study._record import LOAD_FIGURES, METRIC_ATTRS, Outcome, TrialRecord
 
 #: Seconds to stop a server and see its GPUs released, per trial that launched one.
 STOP_S = 15.0
@@ -44,6 +44,8 @@ STOP_S = 15.0
 GPU_S_ATTR = "oracle_gpu_s"
 TRUE_VALUE_ATTR = "oracle_true_value"
 TRUE_FEASIBLE_ATTR = "oracle_true_feasible"
+#: With a load mix: the noise-free objective at each load point, by label.
+TRUE_LOADS_ATTR = "oracle_true_loads"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class Answer:
     metrics: Mapping[str, float | None] = field(default_factory=dict)
     #: Every objective's value (a multi-objective space; ``None``: one objective).
     values: tuple[float, ...] | None = None
+    #: With a load mix: each point's figures by label (``value``: the objective's figure).
+    loads: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -69,7 +73,12 @@ class Answer:
 class Oracle:
     """Cached model answers for one profile and workload: the value is ``metric``'s (the first
     objective); ``metrics`` lists every objective of a multi-objective space; ``limits`` are the
-    per-request limits goodput counts against."""
+    per-request limits goodput counts against.
+
+    With a load mix (``loads``) every configuration is answered at each load point, on one
+    start-up: the benchmark time of every point is charged, the value is the points' weighted
+    mean, and the answer carries each point's figures. A crash at any point is the answer.
+    """
 
     def __init__(
         self,
@@ -80,6 +89,7 @@ class Oracle:
         metrics: tuple[str, ...] = (),
         limits: RequestLimits | None = None,
         constraints: tuple[ConstraintSpec, ...] = (),
+        loads: tuple[LoadPoint, ...] = (),
     ):
         self.model = model
         self.workload = workload
@@ -87,6 +97,7 @@ class Oracle:
         self.metrics = metrics or (metric,)
         self.limits = limits
         self.constraints = constraints
+        self.loads = loads
         self.gpus = model.profile.hardware.gpu_count
         self._cached = lru_cache(maxsize=None)(self._answer)
 
@@ -94,7 +105,22 @@ class Oracle:
         return self._cached(config)
 
     def _answer(self, config: ServerConfig) -> Answer:
-        verdict = self.model.evaluate(config, self.workload)
+        if not self.loads:
+            return self._at(config, self.workload)
+        answers = {p.label: self._at(config, p.workload(self.workload)) for p in self.loads}
+        failed = next((a for a in answers.values() if a.status != "ok"), None)
+        first = next(iter(answers.values()))
+        benchmark_s = sum(a.benchmark_s for a in answers.values())
+        if failed is not None:
+            return Answer(failed.status, None, first.startup_s, benchmark_s, failed.failure_line)
+        loads = {
+            label: {**{k: a.metrics.get(k) for k in LOAD_FIGURES[1:]}, "value": a.value}
+            for label, a in answers.items()
+        }
+        return _mixed(first, self.loads, loads, self.metric, benchmark_s)
+
+    def _at(self, config: ServerConfig, workload: WorkloadSpec) -> Answer:
+        verdict = self.model.evaluate(config, workload)
         value = None
         metrics: dict[str, float | None] = {}
         values: tuple[float, ...] | None = None
@@ -135,7 +161,13 @@ class Oracle:
         answer = self.answer(config)
         if answer.value is None or noise <= 0:
             return answer
-        factor = max(0.5, rng.gauss(1.0, noise))
+        if self.loads:
+            loads: dict[str, dict[str, float | None]] = {}
+            for label, figures in answer.loads.items():
+                noisy = (figures["value"] or 0.0) * _factor(rng, noise)
+                loads[label] = {**figures, "value": noisy, self.metric: noisy}
+            return _mixed(answer, self.loads, loads, self.metric, answer.benchmark_s)
+        factor = _factor(rng, noise)
         metrics = {name: _noisy(name, v, factor) for name, v in answer.metrics.items()}
         values = None
         if answer.values is not None:
@@ -162,6 +194,28 @@ def _noisy(name: str, value: float | None, factor: float) -> float | None:
     return value / factor if METRICS.get(name) == "minimize" else value * factor
 
 
+def _factor(rng: random.Random, noise: float) -> float:
+    """One measurement's multiplicative error."""
+    return max(0.5, rng.gauss(1.0, noise))
+
+
+def _mixed(
+    base: Answer,
+    points: tuple[LoadPoint, ...],
+    loads: Mapping[str, Mapping[str, float | None]],
+    metric: str,
+    benchmark_s: float,
+) -> Answer:
+    """The answer of a load mix: each point's figures, their weighted means as the trial's."""
+    value = weighted_mean(points, {k: v["value"] for k, v in loads.items()})
+    metrics = {
+        name: weighted_mean(points, {k: v.get(name) for k, v in loads.items()})
+        for name in METRIC_ATTRS
+    }
+    metrics[metric] = value
+    return Answer("ok", value, base.startup_s, benchmark_s, None, metrics, loads=loads)
+
+
 class OracleEvaluator(TrialEvaluator):
     """Trials answered by the oracle: one noisy measurement each, charged its GPU time.
 
@@ -183,6 +237,8 @@ class OracleEvaluator(TrialEvaluator):
 
     def evaluate(self, config: ServerConfig, context: TrialContext) -> TrialRecord:
         answer = self.oracle.measure(config, noise=self.noise, rng=self.rng)
+        true = self.oracle.answer(config)
+        true_loads = {k: v.get("value") for k, v in true.loads.items()}
         outcome = Outcome(answer.status)
         measured = outcome is Outcome.OK
         return TrialRecord(
@@ -194,9 +250,11 @@ class OracleEvaluator(TrialEvaluator):
             value=answer.value,
             values=answer.values,
             metrics=dict(answer.metrics),
+            loads={k: dict(v) for k, v in answer.loads.items()},
             extra={
                 GPU_S_ATTR: answer.seconds,
-                TRUE_VALUE_ATTR: self.oracle.answer(config).value,
+                TRUE_VALUE_ATTR: true.value,
                 TRUE_FEASIBLE_ATTR: self.oracle.feasible(config),
+                **({TRUE_LOADS_ATTR: true_loads} if true_loads else {}),
             },
         )

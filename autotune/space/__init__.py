@@ -11,6 +11,7 @@ enqueued configurations it would refuse, are refused when the file is read.
 from __future__ import annotations
 
 from autotune.space._confirm import ConfirmSpec
+from autotune.space._loads import LoadPoint, weighted_mean
 from autotune.space._params import ParamSpec
 from autotune.space._schema import load_space, parse_space
 from autotune.space._space import METRICS, ConstraintSpec, ObjectiveSpec, SearchSpace
@@ -19,9 +20,11 @@ __all__ = [
     "METRICS",
     "ConfirmSpec",
     "ConstraintSpec",
+    "LoadPoint",
     "ObjectiveSpec",
     "ParamSpec",
     "SearchSpace",
     "load_space",
     "parse_space",
+    "weighted_mean",
 ]

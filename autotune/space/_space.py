@@ -16,6 +16,7 @@ from autotune._slo import LIMIT_KEYS, RequestLimits
 from autotune._workload import WorkloadSpec
 from autotune.engines import EngineSpec, engine_class
 from autotune.space._confirm import ConfirmSpec
+from autotune.space._loads import LoadPoint, parse_loads, weighted_mean
 from autotune.space._params import ParamSpec, same_value
 
 if TYPE_CHECKING:
@@ -114,11 +115,21 @@ class ObjectiveSpec:
         body = asdict(self)
         for key in ("metrics", "directions", "slo"):
             body.pop(key)
+        if not self.loads:  # (a space without a load mix hashes as before load mixes)
+            body.pop("loads")
         if self.multi:
             body["metrics"], body["directions"] = list(self.metrics), list(self.directions)
         if self.slo is not None:
             body["slo"] = self.slo.to_mapping()
         return body
+
+    #: The load mix (``objective.loads``); empty: the workload's own load alone.
+    loads: tuple[LoadPoint, ...] = ()
+
+    def weighted(self, figures: Mapping[str, float | None]) -> float | None:
+        """The objective of a trial measured at every load point: the weighted mean of its
+        figures (by label), None when a point lacks one."""
+        return weighted_mean(self.loads, figures)
 
     def describe(self) -> str:
         if self.multi:
@@ -133,6 +144,9 @@ class ObjectiveSpec:
             text += f" {self.mad_k:g} x MAD over repeats)"
         else:
             text += " (median over repeats)"
+        if self.loads:
+            mix = ", ".join(f"{p.label} {p.weight:g}" for p in self.loads)
+            text += f", weighted over the load mix {mix}"
         return text
 
 
@@ -321,7 +335,17 @@ class SearchSpace:
 def parse_objective(sec: Section) -> ObjectiveSpec:
     """Read the ``objective`` section (every key optional: output_tok_s, maximised)."""
     sec.check_keys(
-        ("metric", "direction", "metrics", "directions", "score", "mad_k", "constraints", "slo")
+        (
+            "metric",
+            "direction",
+            "metrics",
+            "directions",
+            "score",
+            "mad_k",
+            "constraints",
+            "slo",
+            "loads",
+        )
     )
     metrics, directions = _objectives(sec)
     score = sec.get("score", "median")
@@ -375,6 +399,7 @@ def parse_objective(sec: Section) -> ObjectiveSpec:
         metrics=tuple(metrics),
         directions=tuple(directions),
         slo=slo,
+        loads=parse_loads(sec),
     )
 
 

@@ -55,6 +55,8 @@ class TrialHooks:
     launching: Callable[[], AbstractContextManager[None]] = nullcontext
     on_phase: Callable[[str], None] = lambda phase: None
     early_stop: Callable[[Sequence[BenchmarkResult]], bool] | None = None
+    #: With a load mix: the early stop of the repeats at one load point (by its label).
+    early_stop_at: Callable[[str], Callable[[Sequence[BenchmarkResult]], bool] | None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: Asked by the waits: True ends the trial (its server stopped) with :class:`Cancelled`.
     cancelled: Callable[[], bool] = lambda: False

@@ -19,6 +19,10 @@ Every finished trial carries these user attributes, whatever its outcome:
 ``config``          the knobs of the configuration: what differs from SGLang's defaults, and
                     every searched knob
 ``sglang_command``  the same configuration as a ``python -m sglang.launch_server`` command line
+``loads``           with a load mix (``objective.loads``): each load point's figures by its
+                    label (``{"c16": {"value": ..., "output_tok_s": ..., ...}}``), ``value``
+                    being the objective's figure at that point; the trial's value is their
+                    weighted mean. Absent without a load mix.
 ``role``            ``baseline``, ``enqueued`` (from the space file), ``informed`` (chosen by
                     the tuner before searching), ``search`` (proposed by the sampler) or
                     ``rerun`` (a configuration interrupted earlier)
@@ -122,7 +126,18 @@ CRASH_OUTCOMES: tuple[Outcome, ...] = (
 
 ROLES = ("baseline", "enqueued", "informed", "search", "rerun")
 
-#: Metric user attributes recorded on every finished trial (the benchmark's medians).
+#: The figures recorded at each load point of a load mix (``value``: the objective's score).
+LOAD_FIGURES: tuple[str, ...] = (
+    "value",
+    "output_tok_s",
+    "total_tok_s",
+    "accept_length",
+    "ttft_p99_ms",
+    "itl_p99_ms",
+    "tpot_p99_ms",
+)
+
+#: Metric user attributes recorded on every finished trial.
 METRIC_ATTRS: tuple[str, ...] = (
     "output_tok_s",
     "total_tok_s",
@@ -151,6 +166,8 @@ STUDY_SPACE_TEXT = "autotune:space_text"
 STUDY_TARGET = "autotune:n_trials"
 STUDY_REFUSED = "autotune:refused"
 STUDY_METRIC = "autotune:metric"
+#: The load mix: ``[{"label": "c16", "weight": 0.3, "concurrency": 16, "request_rate": None}]``.
+STUDY_LOADS = "autotune:loads"
 STUDY_CONFIRMATION = "autotune:confirmation"
 #: The tuner confirming the study, and the server of its confirmation run (for a kill -9).
 STUDY_CONFIRMING = "autotune:confirming"
@@ -187,6 +204,8 @@ class TrialRecord:
     sglang_command: str | None = None
     #: Why the benchmark failed (the error's message), where it did.
     benchmark_error: str | None = None
+    #: With a load mix: each load point's figures (:data:`LOAD_FIGURES`) by the point's label.
+    loads: dict[str, dict[str, float | None]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -203,6 +222,10 @@ class TrialRecord:
     def metric(self, name: str) -> float | None:
         """One recorded figure by its name (``None`` where not measured)."""
         return self.metrics.get(name)
+
+    def at_load(self, label: str, figure: str = "value") -> float | None:
+        """The trial's ``figure`` at the load point ``label`` (None where not measured)."""
+        return self.loads.get(label, {}).get(figure)
 
     @classmethod
     def from_attrs(
@@ -232,6 +255,7 @@ class TrialRecord:
             config=dict(config) if isinstance(config, dict) else None,
             sglang_command=_text(attrs.get("sglang_command")),
             benchmark_error=_text(attrs.get("benchmark_error")),
+            loads=_loads(attrs.get("loads")),
         )
 
     @classmethod
@@ -259,6 +283,11 @@ class TrialRecord:
             attrs["sglang_command"] = self.sglang_command
         if self.benchmark_error is not None:
             attrs["benchmark_error"] = self.benchmark_error
+        if self.loads:
+            attrs["loads"] = {
+                label: {k: None if v is None else round(float(v), 4) for k, v in figures.items()}
+                for label, figures in self.loads.items()
+            }
         attrs.update(self.extra)
         if self.values is not None:
             attrs["values"] = [round(float(v), 4) for v in self.values]
@@ -294,6 +323,17 @@ def outcome_of(user_attrs: Mapping[str, Any]) -> Outcome | None:
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _loads(value: Any) -> dict[str, dict[str, float | None]]:
+    """The ``loads`` attribute as written, or what of it is well formed."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(label): {name: _number(figures.get(name)) for name in LOAD_FIGURES}
+        for label, figures in value.items()
+        if isinstance(figures, dict)
+    }
 
 
 def _text(value: Any) -> str | None:

@@ -509,6 +509,7 @@ class StudyRunner:
                 launching=self.interrupts.deferred,
                 on_phase=lambda phase: progress.phase(number, phase),
                 early_stop=self._early_stop(),
+                early_stop_at=self._early_stop_at,
                 cancelled=self.interrupts.stop_requested,
                 urgent=self.interrupts.urgent,
             )
@@ -649,6 +650,24 @@ class StudyRunner:
         best_value = None if best is None else first_value(best)
         if best_value is None:
             return None
+        return self._stop_short_of(best_value)
+
+    def _early_stop_at(self, label: str) -> Any:
+        """The early stop at one load point of a load mix: against the best figure any
+        feasible measured trial reached at that point."""
+        maximize = self.space.objective.direction == "maximize"
+        figures = [
+            v
+            for t in self._completed()
+            if all(c <= 0 for c in self.constraints(t))
+            and (v := TrialRecord.from_trial(t).at_load(label)) is not None
+        ]
+        if not figures:
+            return None
+        return self._stop_short_of(max(figures) if maximize else min(figures))
+
+    def _stop_short_of(self, best_value: float) -> Any:
+        """Stop the repeats once their median is clearly worse than ``best_value``."""
         metric = self.space.objective.metric
         maximize = self.space.objective.direction == "maximize"
 

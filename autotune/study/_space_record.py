@@ -7,6 +7,8 @@
   lists it under "Study Artifacts", where it can be read or downloaded.
 * In the study's user attributes, which the dashboard shows as a table, only short references:
   the file's path, the artifact's id (:data:`STUDY_SPACE_ARTIFACT`) and the fingerprint.
+* With a load mix, its points (label, weight, load) in the user attribute
+  :data:`~autotune.study._record.STUDY_LOADS`, for the report.
 * The objective's metric names, as Optuna's own metric names (``Study.set_metric_names``): the
   dashboard then titles its plots and columns ``output_tok_s`` rather than "Objective 0".
 
@@ -30,6 +32,7 @@ from autotune.space import SearchSpace
 from autotune.study._optuna import set_study_system_attr, study_system_attrs
 from autotune.study._record import (
     STUDY_FINGERPRINT,
+    STUDY_LOADS,
     STUDY_METRIC,
     STUDY_SPACE_SOURCE,
     STUDY_SPACE_TEXT,
@@ -87,6 +90,16 @@ def store_space(study: optuna.Study, space: SearchSpace, store: ArtifactStore | 
         STUDY_SPACE_SOURCE: str(source.resolve()) if source.exists() else space.source,
         STUDY_METRIC: space.objective.metric,
     }
+    if space.objective.loads:
+        attrs[STUDY_LOADS] = [
+            {
+                "label": p.label,
+                "weight": p.weight,
+                "concurrency": p.concurrency,
+                "request_rate": p.request_rate,
+            }
+            for p in space.objective.loads
+        ]
     if text and store is not None and STUDY_SPACE_ARTIFACT not in study.user_attrs:
         artifact_id = _upload_text(study, store, source.name, text)
         if artifact_id is not None:

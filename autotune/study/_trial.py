@@ -4,6 +4,11 @@ The server is always stopped (TERM, then KILL, the whole process tree) before a 
 whatever happens in between: a crash line, a time-out, a failed benchmark, Ctrl-C. A start-up
 crash ends the wait at the line that decides it, so it costs seconds, not the start-up timeout.
 
+With a load mix (``objective.loads``) the benchmark runs the workload once per load point, one
+after the other on the same server, each point with its own repeats and early stop
+(:attr:`TrialHooks.early_stop_at`); the record keeps each point's figures and the objective is
+their weighted mean (:meth:`ObjectiveSpec.weighted`).
+
 A stop asked for by a signal (:attr:`TrialHooks.cancelled`) ends the start-up wait or the
 benchmark at once; the server is stopped and :class:`~autotune._errors.Cancelled` raised for the
 caller to record the trial as interrupted. The stop itself is never cut short by a signal;
@@ -16,6 +21,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from autotune._errors import BenchmarkError, BenchmarkTimeout, Cancelled
@@ -47,7 +53,7 @@ from autotune.study._evaluate import (
     refusal,
 )
 from autotune.study._feasibility import Feasibility
-from autotune.study._record import METRIC_ATTRS, Outcome, TrialRecord
+from autotune.study._record import LOAD_FIGURES, METRIC_ATTRS, Outcome, TrialRecord
 
 log = logging.getLogger("autotune.study")
 
@@ -228,12 +234,7 @@ class TrialRunner:
         client = BenchmarkClient(launch.url, options)
         started = time.monotonic()
         try:
-            measurement = measure_sync(
-                client,
-                self.space.workload,
-                early_stop=hooks.early_stop,
-                cancelled=hooks.cancelled,
-            )
+            measurements = self._measure(client, hooks)
         except BenchmarkTimeout as e:
             record.benchmark_s = time.monotonic() - started
             self._benchmark_failed(proc, record, files, str(e), timed_out=True)
@@ -243,10 +244,34 @@ class TrialRunner:
             self._benchmark_failed(proc, record, files, str(e))
             return
         record.benchmark_s = time.monotonic() - started
-        self._record_measurement(record, measurement, files)
+        if self.objective.loads:
+            self._record_loads(record, measurements, files)
+        else:
+            self._record_measurement(record, measurements[""], files)
         if proc.poll() is not None:
             # the server died during the benchmark: keep the figures, record the cause
             self._benchmark_failed(proc, record, files, "the server exited during the benchmark")
+
+    def _measure(self, client: BenchmarkClient, hooks: TrialHooks) -> dict[str, Measurement]:
+        """The workload once at its own load (keyed ``""``), or once per load point of the mix
+        (keyed by label), on the same server."""
+        points = self.objective.loads
+        if not points:
+            measurement = measure_sync(
+                client, self.space.workload, early_stop=hooks.early_stop, cancelled=hooks.cancelled
+            )
+            return {"": measurement}
+        out: dict[str, Measurement] = {}
+        for point in points:
+            hooks.on_phase(f"benchmark {point.label}")
+            stop = hooks.early_stop_at(point.label) if hooks.early_stop_at else None
+            out[point.label] = measure_sync(
+                client,
+                point.workload(self.space.workload),
+                early_stop=stop,
+                cancelled=hooks.cancelled,
+            )
+        return out
 
     def _benchmark_failed(
         self,
@@ -298,6 +323,50 @@ class TrialRunner:
         files.results = files.folder / "benchmark.json"
         files.results.write_text(
             json.dumps(measurement.to_dict(requests=True), indent=1, default=str)
+        )
+
+    def _record_loads(
+        self, record: TrialRecord, measurements: Mapping[str, Measurement], files: TrialFiles
+    ) -> None:
+        """Every load point's figures, the weighted objective and the weighted metrics."""
+        obj = self.objective
+        for label, measurement in measurements.items():
+            figures: dict[str, float | None] = {
+                name: _round(measurement.medians.get(name)) for name in LOAD_FIGURES[1:]
+            }
+            figures["value"] = measurement.score(obj.metric, kind=obj.score, mad_k=obj.mad_k)
+            record.loads[label] = {name: figures.get(name) for name in LOAD_FIGURES}
+        record.value = obj.weighted({k: v["value"] for k, v in record.loads.items()})
+        for name in METRIC_ATTRS:
+            record.metrics[name] = obj.weighted(
+                {k: m.medians.get(name) for k, m in measurements.items()}
+            )
+        results = [r for m in measurements.values() for r in m.results]
+
+        def mix(name: str) -> float | None:
+            return _round(obj.weighted({k: v[name] for k, v in record.loads.items()}))
+
+        record.extra.update(
+            {
+                "total_tok_s": mix("total_tok_s"),
+                "tpot_p99_ms": mix("tpot_p99_ms"),
+                "failed_requests": int(sum(r.failed for r in results)),
+                "repeats": len(results),
+                "stopped_early": any(m.stopped_early for m in measurements.values()),
+                "noisy": any(m.noisy for m in measurements.values()),
+                "acceptance_source": ",".join(
+                    dict.fromkeys(s for m in measurements.values() for s in m.acceptance_sources)
+                )
+                or None,
+            }
+        )
+        files.results = files.folder / "benchmark.json"
+        files.results.write_text(
+            json.dumps(
+                {k: m.to_dict(requests=True) for k, m in measurements.items()},
+                indent=1,
+                default=str,
+            )
         )
 
 

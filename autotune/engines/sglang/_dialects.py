@@ -13,7 +13,9 @@ tests check it against the installed 0.5.23 and 0.5.3 parsers flag by flag. The 
   (``--cuda-graph-max-bs-decode``, ``--cuda-graph-backend-decode``), FlashInfer all-reduce fusion
   by ``--flashinfer-allreduce-fusion-backend`` and ``--enforce-disable-flashinfer-allreduce-fusion``
   against its automatic enabling. From 0.5.20 the old ``--cuda-graph-max-bs`` is gone and, as a
-  prefix of two flags, an argparse error.
+  prefix of two flags, an argparse error. Adaptive speculation (``--speculative-adaptive``,
+  ``--speculative-adaptive-config``, SGLang PR #21599) is read from 0.5.23's parser; a detected
+  release says for itself whether it has it.
 * ``0.5.3`` dialect, releases 0.5.3 to 0.5.13: ``--cuda-graph-max-bs``, ``--disable-cuda-graph``,
   ``--enable-flashinfer-allreduce-fusion``; ``--tp-size`` stores into ``tensor_parallel_size``.
 * ``older``, releases before 0.5.3: as 0.5.3, without the symmetric-memory all-reduce flags.
@@ -143,6 +145,8 @@ _TABLES: Mapping[str, Mapping[str, OptionInfo]] = MappingProxyType(
                 ),
                 "--enable-torch-symm-mem": _opt("enable_torch_symm_mem", flag=True),
                 "--enable-symm-mem": _opt("enable_symm_mem", flag=True),
+                "--speculative-adaptive": _opt("speculative_adaptive", flag=True),
+                "--speculative-adaptive-config": _opt("speculative_adaptive_config"),
             }
         ),
         "0.5.3": MappingProxyType(

@@ -18,20 +18,22 @@ all of it from :class:`SGLangRules`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from autotune._knobs import SPECULATIVE_NUMBERS, Infeasible, ServerConfig
 from autotune.engines._base import Engine
+from autotune.engines.sglang._adaptive import adaptive_refusal, adaptive_schedule
 from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES
+from autotune.engines.sglang._dialects import FlagSet
 from autotune.engines.sglang._section import owned_flag
 from autotune.engines.sglang._serving import READINESS, SGLANG_API
 
 if TYPE_CHECKING:
     from autotune._workload import WorkloadSpec
     from autotune.crashes import CrashRules
-    from autotune.engines._base import Hardware
+    from autotune.engines._base import Hardware, LoadSchedule
     from autotune.engines._serving import ServerApi
     from autotune.server import Readiness
 
@@ -233,6 +235,26 @@ class SGLangRules(Engine):
 
     def incompatibility(self, config: ServerConfig, hardware: Hardware) -> Infeasible | None:
         return incompatibility(config, hardware)
+
+    def flagset(self) -> FlagSet:
+        """The flags of the SGLang release this adapter speaks."""
+        raise NotImplementedError
+
+    def schedule_refusal(self, config: ServerConfig) -> str | None:
+        """Why adaptive speculation cannot run ``config`` at one batch size (:mod:`._adaptive`)."""
+        return adaptive_refusal(self.flagset(), config)
+
+    def load_schedule(
+        self, choices: Sequence[tuple[int, ServerConfig]], base: ServerConfig
+    ) -> LoadSchedule:
+        """Adaptive speculation with each batch size's steps (:mod:`._adaptive`)."""
+        port = self.spec.port
+
+        def command(config: ServerConfig) -> str:
+            shown = self.reference_command(config, port=port)
+            return shown or self.build_launch(config, port=port).display()
+
+        return adaptive_schedule(self.flagset(), choices, base, command=command)
 
     def readiness(self) -> Readiness:
         """SGLang's ready line, then ``/health_generate`` and ``/get_model_info``."""
