@@ -177,6 +177,12 @@ class Engine(abc.ABC):
             reason=f"{self.describe()} cannot change its speculative settings with the load"
         )
 
+    def startup_time_scale(self) -> float:
+        """Wall seconds of this engine's start-up per second the box it stands for takes: 1 for
+        a real engine (the simulator's time scale for the simulated one), so that GPU hours are
+        counted as on that box."""
+        return 1.0
+
     def hardware(self) -> Hardware:
         """The GPUs the engine will use, as far as they are known."""
         return Hardware()

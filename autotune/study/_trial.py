@@ -423,6 +423,13 @@ class ServerEvaluator(TrialEvaluator):
     def __init__(self, trials: TrialRunner) -> None:
         self.trials = trials
 
+    def gpu_seconds(self, record: TrialRecord, wall_s: float, gpus: int) -> float:
+        """The GPUs held for ``wall_s``, the start-up counted as long as on the box the engine
+        stands for (the simulator starts its servers faster than the box it models)."""
+        startup = min(wall_s, record.startup_s or 0.0)
+        scale = self.trials.engine.startup_time_scale()
+        return (startup / scale + (wall_s - startup)) * gpus
+
     def evaluate(self, config: ServerConfig, context: TrialContext) -> TrialRecord:
         return self.trials.launch(
             config, role=context.role, files=context.files, hooks=context.hooks

@@ -118,6 +118,10 @@ class SimEngine(SGLangRules):
         """The flag set of the SGLang release the simulated server imitates."""
         return self._flags
 
+    def startup_time_scale(self) -> float:
+        assert self.spec.sim is not None
+        return float(self.spec.sim.time_scale)
+
     def describe(self) -> str:
         sim = self.spec.sim
         return (
