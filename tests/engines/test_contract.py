@@ -319,3 +319,10 @@ def test_server_statistics_routes_are_paths(engine: Engine) -> None:
     for path in (*api.stats_before, *api.stats_after, api.flush_cache_path or "/"):
         assert path.startswith("/")
     assert api.from_server({}, {}) is None  # no answers: nothing measured
+
+
+def test_the_start_up_time_scale_is_that_of_the_box_it_stands_for(engine: Engine) -> None:
+    scale = engine.startup_time_scale()
+    # a real engine starts in real time; the simulator as fast as its time scale says
+    expected = engine.spec.sim.time_scale if engine.spec.kind == "sim" else 1.0
+    assert scale == expected and 0 < scale <= 1.0
