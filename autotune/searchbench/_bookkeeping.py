@@ -170,6 +170,8 @@ class StudyScore:
     #: The verdict said "pays" while the leader's true value is at most the baseline's.
     wrong_pays: bool = False
     confirm_gpu_hours: float = 0.0
+    #: The confirmed choice meets the space's limits at noise 0 (None: no limits, or no choice).
+    confirmed_feasible: bool | None = None
 
 
 def load_winner_shares(
@@ -236,7 +238,9 @@ def score_study(
                 hours_to[share] = seconds * gpus / 3600.0
     half = (len(trace.trials) + 1) // 2
     first, second = trace.trials[:half], trace.trials[half:]
-    confirmed, wrong, confirm_hours = _confirmed(trace, optimum, maximize=maximize)
+    confirmed, wrong, confirm_hours, confirmed_feasible = _confirmed(
+        trace, optimum, maximize=maximize
+    )
     return StudyScore(
         trace.strategy,
         trace.seed,
@@ -255,31 +259,39 @@ def score_study(
         None if trace.confirmation is None else trace.confirmation.kind,
         wrong,
         confirm_hours,
+        confirmed_feasible,
     )
 
 
 def _confirmed(
     trace: StudyTrace, optimum: float, *, maximize: bool
-) -> tuple[float | None, bool, float]:
-    """The confirmed choice's share of the best answer, whether "pays" was wrong, its cost."""
+) -> tuple[float | None, bool, float, bool | None]:
+    """The confirmed choice's share of the best answer, whether "pays" was wrong, its cost,
+    and whether the choice meets the space's limits at noise 0 (None: no limits)."""
     conf = trace.confirmation
     if conf is None:
-        return None, False, 0.0
-    true = {t.number: t.true_value for t in trace.trials}
-    base = next((t.true_value for t in trace.trials if t.role == "baseline"), None)
-    if base is None:
-        return None, False, conf.gpu_hours
+        return None, False, 0.0, None
+    by_number = {t.number: t for t in trace.trials}
+    baseline = next((t for t in trace.trials if t.role == "baseline"), None)
+    if baseline is None or baseline.true_value is None:
+        return None, False, conf.gpu_hours, None
+    base = baseline.true_value
 
     def share(value: float | None, best: float) -> float:
         if not value:
             return 0.0
         return value / best if maximize else best / value
 
-    best = max(optimum, base) if maximize else min(optimum, base)
-    chosen = base if conf.choice is None else true.get(conf.choice)
-    leader = None if conf.leader is None else true.get(conf.leader)
-    wrong = conf.kind == "pays" and (leader is None or share(leader, base) <= 1.0)
-    return share(chosen, best), wrong, conf.gpu_hours
+    # no speculation is a right answer only where the baseline itself meets the limits
+    best = optimum
+    if baseline.true_feasible is not False:
+        best = max(optimum, base) if maximize else min(optimum, base)
+    chosen = baseline if conf.choice is None else by_number.get(conf.choice)
+    leader = None if conf.leader is None else by_number.get(conf.leader)
+    wrong = conf.kind == "pays" and (leader is None or share(leader.true_value, base) <= 1.0)
+    feasible = None if chosen is None else chosen.true_feasible
+    value = None if chosen is None else chosen.true_value
+    return share(value, best), wrong, conf.gpu_hours, feasible
 
 
 @dataclass(frozen=True)
@@ -308,6 +320,8 @@ class StrategySummary:
     verdicts: dict[str, int] | None = None
     wrong_pays: int = 0
     median_confirm_gpu_hours: float | None = None
+    #: Seeds whose confirmed choice meets the space's limits at noise 0 (None: no limits).
+    confirmed_feasible: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -355,6 +369,11 @@ def _confirmed_summary(scores: Sequence[StudyScore]) -> dict[str, Any]:
         "verdicts": dict(sorted(kinds.items())),
         "wrong_pays": sum(s.wrong_pays for s in confirmed),
         "median_confirm_gpu_hours": statistics.median(s.confirm_gpu_hours for s in confirmed),
+        "confirmed_feasible": (
+            None
+            if all(s.confirmed_feasible is None for s in confirmed)
+            else sum(s.confirmed_feasible is True for s in confirmed)
+        ),
     }
 
 

@@ -214,6 +214,13 @@ class Confirmation:
             notes.append(
                 f"the baseline did not start in {failed} run(s): those rounds are left out"
             )
+        base_runs = [m for m in done if m.arm == BASELINE and m.value is not None]
+        base_over = [m for m in base_runs if m.broke]
+        if base_over and 2 * len(base_over) > len(base_runs):
+            notes.append(
+                f"no speculation breaks {base_over[-1].broke[0]} too, in {len(base_over)} of "
+                f"{len(base_runs)} runs"
+            )
         verdict = judge(
             figures,
             rounds=self._next_round(arms, done, {f.key for f in figures if f.dropped}),
