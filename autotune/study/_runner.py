@@ -141,15 +141,7 @@ def start_study(options: StudyOptions) -> StudySummary:
 
 def resume_study(options: StudyOptions) -> StudySummary:
     """Continue a study: fail and re-queue trials of a dead tuner, then run to the target."""
-    if options.study_name is None:
-        raise AutotuneError("which study?", hint="give --study-name NAME")
-    paths = study_paths(
-        options.study_name,
-        storage=options.storage,
-        studies_dir=options.studies_dir,
-        artifacts_dir=options.artifacts_dir,
-    )
-    study, space = create_or_load(paths, None, options, resume=True)
+    paths, study, space = _existing(options)
     engine = make_engine(space)
     target = set_target(study, options.n_trials, more=options.more_trials)
     if not setup_complete(study):  # its `start` was killed: finish the set-up from its space
@@ -164,11 +156,8 @@ def resume_study(options: StudyOptions) -> StudySummary:
     return StudyRunner(study, space, engine, paths, options, target).run(recover=True)
 
 
-def confirm_study(options: StudyOptions, **changes: Any) -> StudySummary:
-    """Confirm a study's best candidates (``changes``: settings of the space's ``confirm``
-    to override, None for "as the space says")."""
-    import dataclasses
-
+def _existing(options: StudyOptions) -> tuple[StudyPaths, optuna.Study, SearchSpace]:
+    """The study ``options`` names, with its stored space (``resume`` and ``confirm``)."""
     if options.study_name is None:
         raise AutotuneError("which study?", hint="give --study-name NAME")
     paths = study_paths(
@@ -178,6 +167,15 @@ def confirm_study(options: StudyOptions, **changes: Any) -> StudySummary:
         artifacts_dir=options.artifacts_dir,
     )
     study, space = create_or_load(paths, None, options, resume=True)
+    return paths, study, space
+
+
+def confirm_study(options: StudyOptions, **changes: Any) -> StudySummary:
+    """Confirm a study's best candidates (``changes``: settings of the space's ``confirm``
+    to override, None for "as the space says")."""
+    import dataclasses
+
+    paths, study, space = _existing(options)
     given = {k: v for k, v in changes.items() if v is not None}
     spec = dataclasses.replace(space.confirm, enabled=True, **given)
     if spec.max_rounds < spec.min_rounds:

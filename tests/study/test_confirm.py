@@ -30,6 +30,14 @@ def _state(lab: StudyLab, name: str) -> dict[str, Any]:
     return state
 
 
+def _measured(lab: StudyLab, name: str) -> int:
+    """Confirmation runs recorded so far (0 before the study or its confirmation exists)."""
+    try:
+        return len(_state(lab, name)["measurements"])
+    except Exception:  # no database yet, or no confirmation in it yet
+        return 0
+
+
 def test_a_study_is_confirmed_after_its_search_and_the_report_leads_with_the_verdict(
     lab: StudyLab,
 ) -> None:
@@ -90,13 +98,7 @@ def test_ctrl_c_during_the_confirmation_keeps_its_runs_and_confirm_goes_on(
     space = lab.space("conf-int", configs=CONFIGS, confirm={**CONFIRM, "max_rounds": 4}, noise=0.02)
     tuner = lab.spawn("study", "start", "--space", str(space), "--n-trials", "3", "--seed", "2")
 
-    def measured() -> int:
-        try:
-            return len(_state(lab, "conf-int")["measurements"])
-        except Exception:  # no database yet, or no confirmation in it yet
-            return 0
-
-    lab.wait_for("a confirmation run", lambda: measured() >= 2, timeout=120)
+    lab.wait_for("a confirmation run", lambda: _measured(lab, "conf-int") >= 2, timeout=120)
     lab.wait_server()  # the next confirmation run is starting: stop it there
     tuner.send_signal(signal.SIGINT)
     stopped = lab.finish(tuner)
@@ -174,13 +176,7 @@ def test_a_server_left_by_a_killed_confirmation_is_stopped_by_the_next(lab: Stud
     space = lab.space("conf-kill", configs=CONFIGS, confirm=CONFIRM, noise=0.02)
     tuner = lab.spawn("study", "start", "--space", str(space), "--n-trials", "3", "--seed", "2")
 
-    def measured() -> int:
-        try:
-            return len(_state(lab, "conf-kill")["measurements"])
-        except Exception:  # no database yet, or no confirmation in it yet
-            return 0
-
-    lab.wait_for("a confirmation run", lambda: measured() >= 1, timeout=120)
+    lab.wait_for("a confirmation run", lambda: _measured(lab, "conf-kill") >= 1, timeout=120)
     server = lab.wait_server()  # a confirmation run's server: its tuner dies under it
     tuner.kill()
     tuner.wait(timeout=30)
