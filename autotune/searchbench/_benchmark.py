@@ -253,7 +253,7 @@ def _confirmation_table(result: SearchBenchResult) -> list[str]:
             f"{s.strategy:<12} {s.median_confirmed or 0.0:>9.1%} {s.confirmed_98 or 0.0:>10.0%} "
             f"{s.wrong_pays:>10} {s.median_confirm_gpu_hours or 0.0:>13.1f}  {kinds}"
         )
-    limited = [s for s in confirmed if s.confirmed_feasible is not None]
+    limited = [s for s in confirmed if s.confirmed_feasible is not None and result.constraints]
     for s in limited:
         lines.append(
             f"  {s.strategy}: the confirmed choice meets the limits at noise 0 in "

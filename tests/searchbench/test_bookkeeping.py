@@ -97,6 +97,11 @@ def test_the_command_writes_table_json_and_figure(tiny_space: Path, tmp_path: Pa
         )
     # setting nothing on the seed system: the automatic fraction does not fit the draft head
     assert data["strategies"]["sglang-auto"]["median_final"] == 0.0
+    # every study is confirmed; a space without limits says nothing of them
+    for summary in data["strategies"].values():
+        assert sum(summary["verdicts"].values()) == 2
+    text = (out / "search-rtxpro6000x8-kimi-k2.5.txt").read_text()
+    assert "confirmation: the best candidates" in text and "meets the limits" not in text
     names = {p.name for p in out.iterdir()}
     assert "search-rtxpro6000x8-kimi-k2.5.json" in names
     assert "search-rtxpro6000x8-kimi-k2.5.html" in names

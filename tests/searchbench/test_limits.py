@@ -111,6 +111,7 @@ def test_bench_search_prints_what_the_limits_did(tmp_path: Path) -> None:
     assert "constraints: itl_p99_ms <=" in run.stdout
     assert "(the limit binds)" in run.stdout
     assert "best meets at noise 0" in run.stdout
+    assert "default: the confirmed choice meets the limits at noise 0 in" in run.stdout
     data = json.loads(next(out.glob("*.json")).read_text())
     default = data["strategies"]["default"]
     assert 0 <= default["final_feasible"] <= 2
