@@ -104,16 +104,7 @@ def run_search_benchmark(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.monotonic()
     space, model = prepare(space_path, profile)
-    obj = space.objective
-    oracle = Oracle(
-        model,
-        space.workload,
-        metric=obj.metric,
-        metrics=obj.metrics,
-        limits=obj.slo,
-        constraints=obj.constraints,
-        loads=obj.loads,
-    )
+    oracle = Oracle.for_space(model, space)
     engine = make_engine(space)
     optimum = find_optimum(space, oracle, engine)
     log.info("optimum %.2f at %s", optimum.value, optimum.params)
@@ -156,7 +147,7 @@ def run_search_benchmark(
         tuple(summaries),
         tuple(scores),
         time.monotonic() - started,
-        tuple(c.describe() for c in obj.constraints),
+        tuple(c.describe() for c in space.objective.constraints),
     )
 
 

@@ -31,7 +31,7 @@ from autotune._knobs import ServerConfig
 from autotune._slo import RequestLimits
 from autotune.bench import WorkloadSpec
 from autotune.sim import SimModel
-from autotune.space import METRICS, ConstraintSpec, LoadPoint, weighted_mean
+from autotune.space import METRICS, ConstraintSpec, LoadPoint, SearchSpace, weighted_mean
 from autotune.study._evaluate import TrialContext, TrialEvaluator
 from autotune.study._record import LOAD_FIGURES, METRIC_ATTRS, Outcome, TrialRecord
 
@@ -100,6 +100,20 @@ class Oracle:
         self.loads = loads
         self.gpus = model.profile.hardware.gpu_count
         self._cached = lru_cache(maxsize=None)(self._answer)
+
+    @classmethod
+    def for_space(cls, model: SimModel, space: SearchSpace) -> Oracle:
+        """The oracle of ``space``: its workload, objectives, limits and load mix."""
+        obj = space.objective
+        return cls(
+            model,
+            space.workload,
+            metric=obj.metric,
+            metrics=obj.metrics,
+            limits=obj.slo,
+            constraints=obj.constraints,
+            loads=obj.loads,
+        )
 
     def answer(self, config: ServerConfig) -> Answer:
         return self._cached(config)

@@ -25,16 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _oracle(path: Path) -> tuple[SearchSpace, Oracle]:
     space, model = prepare(str(path), None)
-    obj = space.objective
-    oracle = Oracle(
-        model,
-        space.workload,
-        metric=obj.metric,
-        metrics=obj.metrics,
-        limits=obj.slo,
-        constraints=obj.constraints,
-    )
-    return space, oracle
+    return space, Oracle.for_space(model, space)
 
 
 def _limited(tmp_path: Path, limit: float) -> Path:
