@@ -175,6 +175,14 @@ def search(
     out: Annotated[
         Path, typer.Option("--out", help="Folder for the table, JSON and figure.")
     ] = Path("studies/search-bench"),
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            min=1,
+            help="Worker processes for the optimum and the studies (one core each).",
+        ),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Compare samplers on whole simulated studies: trials and GPU hours to 98% of the optimum.
@@ -199,6 +207,7 @@ def search(
         budget=budget,
         noise=noise,
         on_study=note,
+        jobs=jobs,
     )
     paths = write_outputs(result, out)
     if as_json:

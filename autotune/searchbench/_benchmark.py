@@ -29,6 +29,7 @@ from autotune.searchbench._bookkeeping import (
 )
 from autotune.searchbench._optimum import Optimum, find_optimum
 from autotune.searchbench._oracle import Oracle
+from autotune.searchbench._parallel import fork_map
 from autotune.searchbench._strategies import ABLATIONS, STRATEGIES, run_study
 from autotune.sim import SimModel, load_profile
 from autotune.space import SearchSpace, load_space
@@ -92,7 +93,10 @@ def run_search_benchmark(
     budget: int = 40,
     noise: float = 0.02,
     on_study: Callable[[str, int], None] | None = None,
+    jobs: int = 1,
 ) -> SearchBenchResult:
+    """Every strategy's studies over ``seeds`` seeds, scored against the space's true optimum;
+    ``jobs``: worker processes for the optimum's evaluations and the studies."""
     unknown = [s for s in strategies if s not in STRATEGIES + ABLATIONS]
     if unknown:
         raise ConfigError(
@@ -106,38 +110,25 @@ def run_search_benchmark(
     space, model = prepare(space_path, profile)
     oracle = Oracle.for_space(model, space)
     engine = make_engine(space)
-    optimum = find_optimum(space, oracle, engine)
+    optimum = find_optimum(space, oracle, engine, jobs=jobs)
     log.info("optimum %.2f at %s", optimum.value, optimum.params)
     maximize = space.objective.direction == "maximize"
-    scores: list[StudyScore] = []
-    summaries = []
+    tasks = [(strategy, seed) for strategy in strategies for seed in range(seeds)]
     with tempfile.TemporaryDirectory(prefix="autotune-searchbench-") as folder:
-        for strategy in strategies:
-            mine = []
-            for seed in range(seeds):
-                if on_study is not None:
-                    on_study(strategy, seed)
-                trace = run_study(
-                    space,
-                    engine,
-                    oracle,
-                    strategy,
-                    seed,
-                    budget,
-                    folder=Path(folder),
-                    noise=noise,
-                )
-                mine.append(
-                    score_study(
-                        trace,
-                        optimum.value,
-                        oracle.gpus,
-                        maximize=maximize,
-                        load_optima=optimum.loads,
-                    )
-                )
-            scores += mine
-            summaries.append(summarise(mine))
+
+        def study(task: tuple[str, int]) -> StudyScore:
+            strategy, seed = task
+            if on_study is not None:
+                on_study(strategy, seed)
+            trace = run_study(
+                space, engine, oracle, strategy, seed, budget, folder=Path(folder), noise=noise
+            )
+            return score_study(
+                trace, optimum.value, oracle.gpus, maximize=maximize, load_optima=optimum.loads
+            )
+
+        scores = fork_map(study, tasks, jobs)
+    summaries = [summarise([s for s in scores if s.strategy == name]) for name in strategies]
     return SearchBenchResult(
         model.profile.name,
         space.source,

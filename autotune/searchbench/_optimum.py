@@ -21,6 +21,7 @@ from typing import Any
 from autotune._errors import ConfigError
 from autotune.engines import Engine, create_engine
 from autotune.searchbench._oracle import Oracle
+from autotune.searchbench._parallel import fork_map, usable_jobs
 from autotune.space import SearchSpace
 
 
@@ -68,41 +69,82 @@ def grid(space: SearchSpace) -> Iterator[dict[str, Any]]:
     yield from walk(0, {})
 
 
-def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = None) -> Optimum:
-    """The best configuration of ``space`` by ``oracle``, skipping what ``engine``'s rules refuse
-    (the space's own engine when not given)."""
-    engine = engine or create_engine(space.engine)
-    maximize = space.objective.direction == "maximize"
-    statuses: Counter[str] = Counter()
-    values: list[float] = []
-    best: tuple[float, dict[str, Any]] | None = None
+@dataclass
+class _Scan:
+    """What one share of the grid holds (every ``parts``-th configuration from ``part``)."""
+
+    count: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    values: list[float] = field(default_factory=list)
+    #: (value, grid index, parameters): on equal values the first in the grid wins, however the
+    #: grid is shared
+    best: tuple[float, int, dict[str, Any]] | None = None
     free: float | None = None
-    violating = 0
-    per_load: dict[str, tuple[float, dict[str, Any]]] = {}
-    count = 0
-    for params in grid(space):
-        count += 1
+    violating: int = 0
+    per_load: dict[str, tuple[float, int, dict[str, Any]]] = field(default_factory=dict)
+
+    def merge(self, other: _Scan, maximize: bool) -> None:
+        self.count += other.count
+        self.statuses.update(other.statuses)
+        self.values += other.values
+        self.violating += other.violating
+        if other.best is not None and _first(other.best, self.best, maximize):
+            self.best = other.best
+        if other.free is not None and (
+            self.free is None or (other.free > self.free if maximize else other.free < self.free)
+        ):
+            self.free = other.free
+        for label, entry in other.per_load.items():
+            if _first(entry, self.per_load.get(label), maximize):
+                self.per_load[label] = entry
+
+
+def _scan(
+    space: SearchSpace, oracle: Oracle, engine: Engine, part: int = 0, parts: int = 1
+) -> _Scan:
+    maximize = space.objective.direction == "maximize"
+    out = _Scan()
+    for index, params in enumerate(grid(space)):
+        if index % parts != part:
+            continue
+        out.count += 1
         config = space.config_for(params)
         refused = engine.check_rules(config)
         if refused is not None:
-            statuses[f"refused:{refused.category}"] += 1
+            out.statuses[f"refused:{refused.category}"] += 1
             continue
         answer = oracle.answer(config)
-        statuses[answer.status] += 1
+        out.statuses[answer.status] += 1
         if answer.value is None:
             continue
-        if free is None or (answer.value > free if maximize else answer.value < free):
-            free = answer.value
+        if out.free is None or (answer.value > out.free if maximize else answer.value < out.free):
+            out.free = answer.value
         if oracle.violated(answer):
-            violating += 1
+            out.violating += 1
             continue
-        values.append(answer.value)
-        if _better(answer.value, best, maximize):
-            best = (answer.value, params)
+        out.values.append(answer.value)
+        if _better(answer.value, out.best, maximize):
+            out.best = (answer.value, index, params)
         for label, figures in answer.loads.items():
             value = figures.get("value")
-            if value is not None and _better(value, per_load.get(label), maximize):
-                per_load[label] = (value, params)
+            if value is not None and _better(value, out.per_load.get(label), maximize):
+                out.per_load[label] = (value, index, params)
+    return out
+
+
+def find_optimum(
+    space: SearchSpace, oracle: Oracle, engine: Engine | None = None, *, jobs: int = 1
+) -> Optimum:
+    """The best configuration of ``space`` by ``oracle``, skipping what ``engine``'s rules refuse
+    (the space's own engine when not given); ``jobs``: worker processes sharing the grid."""
+    engine = engine or create_engine(space.engine)
+    maximize = space.objective.direction == "maximize"
+    parts = usable_jobs(jobs)
+    scans = fork_map(lambda part: _scan(space, oracle, engine, part, parts), range(parts), parts)
+    scan = scans[0]
+    for other in scans[1:]:
+        scan.merge(other, maximize)
+    best, values, free = scan.best, scan.values, scan.free
     if best is None:
         what = "meets the constraints" if free is not None else "starts"
         raise ConfigError(f"no configuration of the space {what}", source=space.source)
@@ -114,22 +156,32 @@ def find_optimum(space: SearchSpace, oracle: Oracle, engine: Engine | None = Non
         return sum(v <= top / share for v in values)
 
     constrained = bool(oracle.constraints)
+    per_load = scan.per_load
     return Optimum(
         top,
-        best[1],
-        count,
-        dict(statuses),
+        best[2],
+        scan.count,
+        dict(scan.statuses),
         within(0.95),
         within(0.98),
         free if constrained else None,
-        violating if constrained else None,
+        scan.violating if constrained else None,
         {k: v[0] for k, v in per_load.items()},
-        {k: v[1] for k, v in per_load.items()},
+        {k: v[2] for k, v in per_load.items()},
     )
 
 
-def _better(value: float, best: tuple[float, Any] | None, maximize: bool) -> bool:
+def _better(value: float, best: tuple[float, Any, Any] | None, maximize: bool) -> bool:
     return best is None or (value > best[0] if maximize else value < best[0])
+
+
+def _first(
+    entry: tuple[float, int, Any], best: tuple[float, int, Any] | None, maximize: bool
+) -> bool:
+    """Whether ``entry`` beats ``best``: a better value, or the same one earlier in the grid."""
+    if best is None or _better(entry[0], best, maximize):
+        return True
+    return entry[0] == best[0] and entry[1] < best[1]
 
 
 def space_size(space: SearchSpace) -> int:

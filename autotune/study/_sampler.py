@@ -21,6 +21,12 @@ Proposals are repaired to what the engine would run: the draft tokens are brough
 engine's bounds for the proposal's steps and top-k (:meth:`Engine.draft_token_bounds`; SGLang:
 steps + 1 with top-k 1, never more than the tree holds, steps x top-k + 1). The repaired values are
 what the trial records and what is launched.
+
+With a load mix, every other proposal is aimed at one load point in turn (:func:`load_focus`):
+the model then fits the trials' figures at that point alone. The weighted objective's best and
+each load's own best (the report's per-load winners, the launch that follows them) are then
+both searched for, rather than only the first, whose optimum can lie far from a load's own (a
+tree that wins at concurrency 1 can lose to a chain over the mix).
 """
 
 from __future__ import annotations
@@ -99,7 +105,12 @@ class AutotuneSampler(BaseSampler):
         if fixed_params(trial) is not None:
             return {}
         view = StudyView(
-            study, self.space, self.constraints, self.fill, crashes=self.learn_from_crashes
+            study,
+            self.space,
+            self.constraints,
+            self.fill,
+            crashes=self.learn_from_crashes,
+            focus=load_focus(self.space, trial.number),
         )
         seen = _tried(study)
         proposal: dict[str, Any] = {}
@@ -217,6 +228,16 @@ class AutotuneSampler(BaseSampler):
                 if fitting:
                     out[draft.name] = min(fitting, key=lambda c: abs(c - target))
         return out
+
+
+def load_focus(space: SearchSpace, number: int) -> str | None:
+    """The load point the proposal of trial ``number`` aims at: none for even numbers (the
+    weighted objective), the mix's points in turn for odd ones. Only single-objective studies
+    with two or more load points are focused."""
+    points = space.objective.loads
+    if len(points) < 2 or len(space.objective.metrics) > 1 or number % 2 == 0:
+        return None
+    return points[(number // 2) % len(points)].label
 
 
 def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -5,6 +5,11 @@ model's space; the study itself is never changed. A measured trial that broke a 
 of the space stays what it is, a measured point, with its violated constraint: the sampler
 learns the region beyond the limit as infeasible, not as a crash. A multi-objective study's
 trials keep every value.
+
+With a load mix (``objective.loads``) the view may be *focused* on one load point: every trial
+then shows the base sampler its figure at that point rather than the weighted mean, so that the
+proposal aims at that load's own best (see :func:`autotune.study._sampler.load_focus`). The
+trials are the same; only the value the model fits changes.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import SearchSpace
 from autotune.study._optuna import SamplerStudy, constraint_system_attrs, is_proposal_note
-from autotune.study._record import Outcome, outcome_of
+from autotune.study._record import Outcome, TrialRecord, outcome_of
 from autotune.study._reparam import DraftFill
 
 
@@ -32,9 +37,13 @@ class StudyView(SamplerStudy):
         fill: DraftFill | None = None,
         *,
         crashes: bool = True,
+        focus: str | None = None,
     ) -> None:
+        """``focus``: the label of the load point whose figure stands for each trial's value
+        (single-objective studies with a load mix only; None: the study's own values)."""
         super().__init__(study)
         self._with_crashes = crashes
+        self._focus = focus
         self._space = space
         self._constraints = constraints
         self._fill = fill or DraftFill(space)
@@ -69,7 +78,7 @@ class StudyView(SamplerStudy):
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
         )
         usable = [t for t in finished if t.params and self._required <= set(t.params)]
-        measured = [t.values for t in usable if t.state == TrialState.COMPLETE and t.values]
+        measured = [v for t in usable if t.state == TrialState.COMPLETE and (v := self._values(t))]
         if measured:
             # the worst value of each objective: a crash is as bad as the worst measured trial
             for i, direction in enumerate(self._study.directions):
@@ -79,11 +88,19 @@ class StudyView(SamplerStudy):
         out = []
         for t in usable:
             outcome = outcome_of(t.user_attrs)
-            if t.state == TrialState.COMPLETE and outcome is Outcome.OK and t.values:
+            if t.state == TrialState.COMPLETE and outcome is Outcome.OK and self._values(t):
                 out.append(self._frozen(t.params, t))
             elif outcome is not None and outcome.unmeasurable and self._with_crashes:
                 out.append(self._frozen(t.params, None))
         return out
+
+    def _values(self, trial: FrozenTrial) -> list[float] | None:
+        """The values the model sees for a measured trial: its own, or with a focus its figure
+        at the focused load point (None: not measured there)."""
+        if self._focus is None:
+            return list(trial.values) if trial.values else None
+        value = TrialRecord.from_attrs(trial.user_attrs).at_load(self._focus)
+        return None if value is None else [value]
 
     def _frozen(self, params: Mapping[str, Any], source: FrozenTrial | None) -> FrozenTrial:
         """A COMPLETE trial: the measured one (a latency limit it broke as a violated
@@ -95,7 +112,8 @@ class StudyView(SamplerStudy):
             constraints = tuple(self._constraints(source))
         else:
             constraints = (1.0,) * (1 + len(self._space.objective.constraints))
-        values = list(self._worst) if source is None or not source.values else source.values
+        shown = None if source is None else self._values(source)
+        values = shown if shown else list(self._worst)
         return optuna.trial.create_trial(
             state=TrialState.COMPLETE,
             values=values,

@@ -12,8 +12,11 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune._knobs import ServerConfig
+from autotune.space import load_space
 from autotune.study import TrialRecord
 from autotune.study._evaluate import TrialContext, TrialEvaluator
+from autotune.study._sampler import load_focus
+from autotune.study._view import StudyView
 
 from ._helpers import StudyRun, artifact_files, finished_trials
 from ._loads import MIX, MIX_TRIALS, run_mix_study
@@ -167,3 +170,51 @@ def test_the_repeats_at_a_load_stop_early_against_the_best_figure_there(tmp_path
     assert first == [(0, label, None, None) for label in labels]
     later = [a for a in evaluator.asked if a[0] > 0]
     assert later and all((low, near) == (True, False) for _, _, low, near in later), later
+
+
+def test_a_view_focused_on_a_load_point_shows_each_trial_at_that_point(
+    mix_study: StudyRun,
+) -> None:
+    study = mix_study.load()
+    space = load_space(mix_study.space)
+    by_params = {
+        json.dumps(t.params, sort_keys=True): t
+        for t in finished_trials(study)
+        if t.state == TrialState.COMPLETE and t.user_attrs.get("role") != "baseline"
+    }
+    assert len(by_params) >= 3
+    for label in ("c1", "c8"):
+        seen = StudyView(study, space, None, focus=label).sampler_trials(None)
+        assert len(seen) >= len(by_params)
+        for frozen in seen:
+            source = by_params.get(json.dumps(frozen.params, sort_keys=True))
+            if source is not None:
+                assert frozen.values == [source.user_attrs["loads"][label]["value"]]
+    # the points differ, so the focus changes what the model sees
+    c1 = [t.user_attrs["loads"]["c1"]["value"] for t in by_params.values()]
+    c8 = [t.user_attrs["loads"]["c8"]["value"] for t in by_params.values()]
+    assert c1 != c8
+    # unfocused, the model sees the weighted objective
+    plain = StudyView(study, space, None).sampler_trials(None)
+    weighted = {t.value for t in by_params.values()}
+    assert {v for t in plain for v in t.values} >= weighted
+
+
+def test_every_other_proposal_aims_at_one_load_point_in_turn(mix_study: StudyRun) -> None:
+    space = load_space(mix_study.space)
+    focus = [load_focus(space, n) for n in range(12)]
+    assert focus[0::2] == [None] * 6
+    assert focus[1::2] == ["c1", "c4", "c8", "c1", "c4", "c8"]
+    one_point = dataclasses.replace(
+        space, objective=dataclasses.replace(space.objective, loads=space.objective.loads[:1])
+    )
+    assert {load_focus(one_point, n) for n in range(12)} == {None}
+    two_metrics = dataclasses.replace(
+        space,
+        objective=dataclasses.replace(
+            space.objective,
+            metrics=("output_tok_s", "tpot_p99_ms"),
+            directions=("maximize", "minimize"),
+        ),
+    )
+    assert {load_focus(two_metrics, n) for n in range(12)} == {None}
