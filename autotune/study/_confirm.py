@@ -12,7 +12,8 @@ interval misses is at most ``1 - confidence``.
 After ``min_rounds``, a candidate whose interval against the leader lies wholly below it is
 dropped (it stops being started); a candidate that fails to start twice is dropped as unstable,
 and one that breaks the space's limits (``objective.constraints``) in two runs and in more than
-half of its runs is dropped as over them.
+half of its runs, or whose mean figure after ``min_rounds`` lies, with its confidence bound, beyond
+a limit, is dropped as not within them.
 The confirmation ends when the leader is decided against the baseline (its interval above 1,
 below 1, or within ``margin`` of 1) and stands apart from the others (alone, or every other
 within ``margin``), or when ``max_rounds`` is reached. The verdict follows
@@ -26,19 +27,21 @@ itself never count (they chose the candidates: counting them again would favour 
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._knobs import ServerConfig
-from autotune._stats import ratio_interval
+from autotune._stats import mean_interval, ratio_interval
 from autotune.space import ConfirmSpec, SearchSpace
 from autotune.study._evaluate import TrialContext, TrialEvaluator, TrialFiles, TrialHooks
 from autotune.study._record import STUDY_CONFIRMATION, TrialRecord, first_value
-from autotune.study._verdict import ArmFigure, Verdict, judge
+from autotune.study._verdict import ArmFigure, LoadChoice, Verdict, judge
 
 if TYPE_CHECKING:
     import optuna
@@ -52,6 +55,9 @@ MAX_FAILED_STARTS = 2
 #: verdict's: dropping a candidate that is truly as good as the leader costs little (the two
 #: are close), while measuring every candidate to the end costs a start per round each.
 CHOICE_CONFIDENCE = 0.8
+#: With a load mix: the best few at each load point that join the candidates (each point's
+#: winner is then chosen on confirmed figures too, not on one lucky measurement).
+LOAD_CANDIDATES = 2
 _VERSION = 1
 
 
@@ -67,32 +73,52 @@ class Arm:
     searched: float | None = None
 
 
-def candidates(study: optuna.Study, space: SearchSpace, count: int) -> list[Arm]:
+def candidates(
+    study: optuna.Study, space: SearchSpace, count: int, *, per_load: int = LOAD_CANDIDATES
+) -> list[Arm]:
     """The baseline and the ``count`` best distinct measured configurations within the limits
-    (the search's figures rank them; ties: the earlier trial)."""
+    (the search's figures rank them; ties: the earlier trial); with a load mix, then the
+    ``per_load`` best at each load point not among them yet."""
     from optuna.trial import TrialState
 
     maximize = space.objective.direction == "maximize"
-    ranked = []
+    usable = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         record = TrialRecord.from_trial(t)
         if record.role == BASELINE or not record.measured or record.value is None:
             continue
         if t.constraints and any(v > 0 for v in t.constraints.values()):
             continue
-        ranked.append((record.value if maximize else -record.value, -t.number, t))
-    ranked.sort(key=lambda x: (x[0], x[1]), reverse=True)
+        usable.append((t, record))
     arms = [Arm(BASELINE, None, space.baseline_config(), None)]
     seen = [arms[0].config]
-    for _, _, t in ranked:
-        config = space.config_for(t.params)
-        if config in seen:
-            continue
-        seen.append(config)
-        arms.append(Arm(f"trial {t.number}", t.number, config, dict(t.params), first_value(t)))
-        if len(arms) > count:
-            break
+
+    def take(by: Callable[[TrialRecord], float | None], how_many: int) -> None:
+        ranked = []
+        for t, record in usable:
+            value = by(record)
+            if value is not None:
+                ranked.append((value if maximize else -value, -t.number, t))
+        ranked.sort(key=lambda x: (x[0], x[1]), reverse=True)
+        taken = 0
+        for _, _, t in ranked:
+            if taken >= how_many:
+                break
+            config = space.config_for(t.params)
+            if config in seen:
+                continue
+            seen.append(config)
+            arms.append(Arm(f"trial {t.number}", t.number, config, dict(t.params), first_value(t)))
+            taken += 1
+
+    take(lambda r: r.value, count)
+    for point in space.objective.loads if len(space.objective.loads) > 1 else ():
+        take(functools.partial(_at_load, label=point.label), per_load)
     return arms
+
+
+def _at_load(record: TrialRecord, *, label: str) -> float | None:
+    return record.at_load(label)
 
 
 @dataclass
@@ -104,6 +130,10 @@ class Measurement:
     gpu_s: float
     #: The space's limits this run broke (``tpot_p99_ms <= 50``), if any.
     broke: tuple[str, ...] = ()
+    #: With a load mix: the run's figure at each load point, by label.
+    loads: Mapping[str, float] = field(default_factory=dict)
+    #: The run's figure of each metric the space's limits bound, by metric.
+    limited: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,6 +143,8 @@ class Measurement:
             "outcome": self.outcome,
             "gpu_s": round(self.gpu_s, 3),
             "broke": list(self.broke),
+            **({"loads": dict(self.loads)} if self.loads else {}),
+            **({"limited": dict(self.limited)} if self.limited else {}),
         }
 
 
@@ -169,6 +201,8 @@ class Confirmation:
                     str(m.get("outcome") or "ok"),
                     float(m.get("gpu_s") or 0.0),
                     tuple(str(b) for b in m.get("broke") or ()),
+                    _floats(m.get("loads")),
+                    _floats(m.get("limited")),
                 )
             )
         return out
@@ -229,6 +263,7 @@ class Confirmation:
             spec=self.spec,
             shown=[p.name for p in self.space.parameters],
             notes=notes,
+            loads=self._load_choices(arms, done),
         )
         self._save(arms, done, verdict)
         return verdict
@@ -277,7 +312,15 @@ class Confirmation:
             for c in self.space.objective.constraints
             if value is not None and c.violation(record.metric(c.metric)) > 0
         )
-        return Measurement(r, arm.key, value, str(record.outcome), cost, broke)
+        loads = {label: v for label in record.loads if (v := record.at_load(label)) is not None}
+        limited = {
+            c.metric: v
+            for c in self.space.objective.constraints
+            if (v := record.metric(c.metric)) is not None and math.isfinite(v)
+        }
+        if value is None:
+            loads, limited = {}, {}
+        return Measurement(r, arm.key, value, str(record.outcome), cost, broke, loads, limited)
 
     def _line(self, m: Measurement, done: Sequence[Measurement]) -> str:
         metric = self.space.objective.metric
@@ -298,13 +341,38 @@ class Confirmation:
         objective is minimised)."""
         return value / base if self.maximize else base / value
 
-    def _pairs(self, done: Sequence[Measurement], a: str, b: str) -> list[tuple[float, float]]:
-        """``(a, b)`` of every round where both were measured, oriented so that a ratio above
-        1 means ``a`` is better."""
+    def _load_choices(
+        self, arms: Sequence[Arm], done: Sequence[Measurement]
+    ) -> tuple[LoadChoice, ...]:
+        """With a load mix: at each load point, the candidate with the best confirmed ratio to
+        the baseline there (at the verdict's confidence, family-wise over the candidates)."""
+        points = self.space.objective.loads
+        if len(points) < 2 or len(arms) < 2:
+            return ()
+        level = 1.0 - (1.0 - self.spec.confidence) / max(1, len(arms) - 1)
+        out = []
+        for point in points:
+            best: tuple[Arm, tuple[float, float, float], int] | None = None
+            for arm in arms[1:]:
+                pairs = self._pairs(done, arm.key, BASELINE, load=point.label)
+                interval = ratio_interval(pairs, level)
+                if interval is not None and (best is None or interval[0] > best[1][0]):
+                    best = (arm, interval, len(pairs))
+            if best is not None:
+                arm, (ratio, low, high), runs = best
+                out.append(LoadChoice(point.label, arm.key, arm.trial, ratio, low, high, runs))
+        return tuple(out)
+
+    def _pairs(
+        self, done: Sequence[Measurement], a: str, b: str, *, load: str | None = None
+    ) -> list[tuple[float, float]]:
+        """``(a, b)`` of every round where both were measured (at load point ``load``, or by
+        the objective), oriented so that a ratio above 1 means ``a`` is better."""
         by: dict[int, dict[str, float]] = {}
         for m in done:
-            if m.value is not None and m.value > 0:
-                by.setdefault(m.round, {})[m.arm] = m.value
+            value = m.value if load is None else m.loads.get(load)
+            if value is not None and value > 0:
+                by.setdefault(m.round, {})[m.arm] = value
         out = []
         for values in by.values():
             if a in values and b in values:
@@ -338,7 +406,7 @@ class Confirmation:
                         if failed >= MAX_FAILED_STARTS
                         else f"broke {over[-1].broke[0]} in {len(over)} of {len(mine)} runs"
                         if len(over) >= MAX_FAILED_STARTS and 2 * len(over) > len(mine)
-                        else None
+                        else self._over_limits(mine)
                     ),
                 )
             )
@@ -359,6 +427,33 @@ class Confirmation:
                     )
             out.append(f)
         return out
+
+    def _over_limits(self, mine: Sequence[Measurement]) -> str | None:
+        """Why a candidate cannot be trusted to meet a limit, if it cannot: after
+        ``min_rounds`` runs, the confidence bound of its mean figure on the limit's side (at
+        :data:`CHOICE_CONFIDENCE`, two-sided) lies beyond the limit. Judging the mean with its
+        spread, not run by run, keeps a configuration whose true figure sits just over the
+        limit from passing on the runs that happened to fall under it."""
+        if len(mine) < self.spec.min_rounds:
+            return None
+        for c in self.space.objective.constraints:
+            values = [m.limited[c.metric] for m in mine if c.metric in m.limited]
+            interval = mean_interval(values, CHOICE_CONFIDENCE)
+            if interval is None:
+                continue
+            mean, low, high = interval
+            if (
+                max(
+                    c.violation(high) if c.max is not None else -1.0,
+                    c.violation(low) if c.min is not None else -1.0,
+                )
+                > 0
+            ):
+                return (
+                    f"not within {c.describe()}: mean {mean:.4g} [{low:.4g}, {high:.4g}] "
+                    f"over {len(values)} runs"
+                )
+        return None
 
     def _decided(self, figures: Sequence[ArmFigure], done: Sequence[Measurement]) -> bool:
         """The leader is decided against the baseline (its interval above 1, below 1, or
@@ -382,3 +477,10 @@ class Confirmation:
                 if versus is None or versus[2] > 1.0 + margin:
                     return False
         return True
+
+
+def _floats(raw: object) -> dict[str, float]:
+    """A stored mapping of figures, what is not a number left out."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float))}
