@@ -13,7 +13,8 @@ After ``min_rounds``, a candidate whose interval against the leader lies wholly 
 dropped (it stops being started); a candidate that fails to start twice is dropped as unstable,
 and one that breaks the space's limits (``objective.constraints``) in two runs and in more than
 half of its runs, or whose mean figure after ``min_rounds`` lies, with its confidence bound, beyond
-a limit, is dropped as not within them.
+a limit, is dropped as not within them; in its place the next best measured configuration joins
+(up to ``LIMIT_RESERVE`` of them), with rounds of its own.
 The confirmation ends when the leader is decided against the baseline (its interval above 1,
 below 1, or within ``margin`` of 1) and stands apart from the others (alone, or every other
 within ``margin``), or when ``max_rounds`` is reached. The verdict follows
@@ -58,7 +59,13 @@ CHOICE_CONFIDENCE = 0.8
 #: With a load mix: the best few at each load point that join the candidates (each point's
 #: winner is then chosen on confirmed figures too, not on one lucky measurement).
 LOAD_CANDIDATES = 2
+#: With latency limits: measured configurations held in reserve, the best after the
+#: candidates; each joins the confirmation when a candidate is dropped as not within the limits
+#: (near a limit the best few may all be just over it, and no speculation may be over it too).
+LIMIT_RESERVE = 3
 _VERSION = 1
+#: How the reasons of candidates dropped as not within the limits begin.
+_OVER = ("not within ", "broke ")
 
 
 @dataclass(frozen=True)
@@ -71,14 +78,22 @@ class Arm:
     params: Mapping[str, Any] | None
     #: The search's single measurement that made it a candidate.
     searched: float | None = None
+    #: Held in reserve: measured only once a candidate is dropped as not within the limits.
+    reserve: bool = False
 
 
 def candidates(
-    study: optuna.Study, space: SearchSpace, count: int, *, per_load: int = LOAD_CANDIDATES
+    study: optuna.Study,
+    space: SearchSpace,
+    count: int,
+    *,
+    per_load: int = LOAD_CANDIDATES,
+    reserve: int = 0,
 ) -> list[Arm]:
     """The baseline and the ``count`` best distinct measured configurations within the limits
     (the search's figures rank them; ties: the earlier trial); with a load mix, then the
-    ``per_load`` best at each load point not among them yet."""
+    ``per_load`` best at each load point not among them yet; last, the ``reserve`` next best
+    (marked :attr:`Arm.reserve`)."""
     from optuna.trial import TrialState
 
     maximize = space.objective.direction == "maximize"
@@ -93,7 +108,7 @@ def candidates(
     arms = [Arm(BASELINE, None, space.baseline_config(), None)]
     seen = [arms[0].config]
 
-    def take(by: Callable[[TrialRecord], float | None], how_many: int) -> None:
+    def take(by: Callable[[TrialRecord], float | None], how_many: int, spare: bool = False) -> None:
         ranked = []
         for t, record in usable:
             value = by(record)
@@ -108,12 +123,15 @@ def candidates(
             if config in seen:
                 continue
             seen.append(config)
-            arms.append(Arm(f"trial {t.number}", t.number, config, dict(t.params), first_value(t)))
+            arms.append(
+                Arm(f"trial {t.number}", t.number, config, dict(t.params), first_value(t), spare)
+            )
             taken += 1
 
     take(lambda r: r.value, count)
     for point in space.objective.loads if len(space.objective.loads) > 1 else ():
         take(functools.partial(_at_load, label=point.label), per_load)
+    take(lambda r: r.value, reserve, spare=True)
     return arms
 
 
@@ -183,13 +201,19 @@ class Confirmation:
         self.maximize = space.objective.direction == "maximize"
 
     # --- state -----------------------------------------------------------------------------
-    def _load(self, arms: Sequence[Arm]) -> list[Measurement]:
-        """The measurements recorded for these arms (none when the candidates changed)."""
+    def _load(self, arms: list[Arm], spare: list[Arm]) -> list[Measurement]:
+        """The measurements recorded for these arms (none when the candidates changed); the
+        reserve arms that had joined join ``arms`` again (taken from ``spare``)."""
         state = self.study.user_attrs.get(STUDY_CONFIRMATION)
         if not isinstance(state, dict) or state.get("version") != _VERSION:
             return []
-        if state.get("arms") != [a.key for a in arms]:
+        stored = state.get("arms")
+        keys = [a.key for a in arms]
+        joined = len(stored) - len(keys) if isinstance(stored, list) else -1
+        if joined < 0 or joined > len(spare) or stored != keys + [a.key for a in spare[:joined]]:
             return []
+        arms.extend(spare[:joined])
+        del spare[:joined]
         out = []
         for m in state.get("measurements") or []:
             value = m.get("value")
@@ -229,18 +253,29 @@ class Confirmation:
     # --- the rounds ------------------------------------------------------------------------
     def run(self) -> Verdict:
         """Confirm the study's best candidates; the verdict is also written to the study."""
-        arms = candidates(self.study, self.space, self.spec.candidates)
-        done = self._load(arms)
-        k = len(arms) - 1
-        while k > 0:
-            figures = self._figures(arms, done, k)
+        reserve = LIMIT_RESERVE if self.space.objective.constraints else 0
+        pool = candidates(self.study, self.space, self.spec.candidates, reserve=reserve)
+        arms = [a for a in pool if not a.reserve]
+        spare = [a for a in pool if a.reserve]
+        first = len(arms)
+        done = self._load(arms, spare)
+        while len(arms) > 1:
+            figures = self._figures(arms, done, len(arms) - 1)
+            over = [f for f in figures if f.dropped is not None and f.dropped.startswith(_OVER)]
+            if spare and len(over) > len(arms) - first:
+                arms.append(spare.pop(0))
+                self._save(arms, done, None)
+                continue
             dropped = {f.key for f in figures if f.dropped is not None}
             r = self._next_round(arms, done, dropped)
             if r >= self.spec.max_rounds or (
-                r >= self.spec.min_rounds and self._decided(figures, done)
+                r >= self.spec.min_rounds
+                and self._settled(arms, done, dropped)
+                and self._decided(figures, done)
             ):
                 break
             self._round(arms, done, dropped, r)
+        k = len(arms) - 1
         figures = self._figures(arms, done, k) if k else []
         notes = []
         if any(m.arm == BASELINE and m.value is None for m in done):
@@ -404,7 +439,7 @@ class Confirmation:
                     dropped=(
                         f"did not start in {failed} confirmation runs"
                         if failed >= MAX_FAILED_STARTS
-                        else f"broke {over[-1].broke[0]} in {len(over)} of {len(mine)} runs"
+                        else f"{_OVER[1]}{over[-1].broke[0]} in {len(over)} of {len(mine)} runs"
                         if len(over) >= MAX_FAILED_STARTS and 2 * len(over) > len(mine)
                         else self._over_limits(mine)
                     ),
@@ -428,6 +463,15 @@ class Confirmation:
             out.append(f)
         return out
 
+    def _settled(self, arms: Sequence[Arm], done: Sequence[Measurement], dropped: set[str]) -> bool:
+        """Every candidate still standing has had ``min_rounds`` runs (one that joined from
+        the reserve late has its own)."""
+        return all(
+            sum(1 for m in done if m.arm == a.key) >= self.spec.min_rounds
+            for a in arms[1:]
+            if a.key not in dropped
+        )
+
     def _over_limits(self, mine: Sequence[Measurement]) -> str | None:
         """Why a candidate cannot be trusted to meet a limit, if it cannot: after
         ``min_rounds`` runs, the confidence bound of its mean figure on the limit's side (at
@@ -450,7 +494,7 @@ class Confirmation:
                 > 0
             ):
                 return (
-                    f"not within {c.describe()}: mean {mean:.4g} [{low:.4g}, {high:.4g}] "
+                    f"{_OVER[0]}{c.describe()}: mean {mean:.4g} [{low:.4g}, {high:.4g}] "
                     f"over {len(values)} runs"
                 )
         return None
