@@ -61,6 +61,9 @@ for engine in $ENGINES; do
     cat "$work/$name.lock.err" >&2
     if grep -q 'Failed to fetch\|error sending request\|dns error' "$work/$name.lock.err"; then
       say "the package index could not be reached (above): the check could not run"
+    elif grep -q 'building from source is disabled' "$work/$name.lock.err"; then
+      say "$engine needs a package built from source (above), which this check never does" \
+        "(metadata only): name a release with wheels in this script"
     else
       say "$engine does not resolve on its own (above), so nothing can be checked against it:" \
         "a release whose pins the index cannot serve; name another one in this script"

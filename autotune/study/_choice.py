@@ -28,6 +28,9 @@ SAMPLERS = ("auto", "gp", "tpe", "random")
 
 #: How a user gets the GP sampler (the extra that brings PyTorch).
 GP_INSTALL = "pip install 'autotune[gp]'"
+#: PyTorch without the CUDA libraries, for a machine without a GPU (pip's default torch on Linux
+#: x86_64 is the CUDA build, with several GB of CUDA libraries).
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 @dataclass(frozen=True)
@@ -83,14 +86,15 @@ def choose_sampler(
         raise ConfigError(
             f"the GP sampler needs PyTorch, which cannot be imported here ({why})",
             source=source,
-            hint=f"install it with {GP_INSTALL} (PyTorch's CPU build is enough), or choose "
-            "--sampler tpe",
+            hint=f"install it with {GP_INSTALL} (without a GPU, PyTorch's CPU build is enough: "
+            f"{CPU_TORCH}), or choose --sampler tpe",
         )
     return SamplerChoice(
         requested,
         "tpe",
         note=(
             "sampler: TPE, not the GP sampler, because PyTorch cannot be imported here "
-            f"({why}); for the GP sampler install it with {GP_INSTALL}"
+            f"({why}); for the GP sampler install it with {GP_INSTALL} (without a GPU, "
+            f"PyTorch's CPU build is enough: {CPU_TORCH})"
         ),
     )

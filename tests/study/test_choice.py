@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from autotune._errors import ConfigError
-from autotune.study._choice import GP_INSTALL, choose_sampler, torch_missing
+from autotune.study._choice import CPU_TORCH, GP_INSTALL, choose_sampler, torch_missing
 
 from ._helpers import REPO, CliRun, finished_trials, small_space
 
@@ -122,8 +122,11 @@ def test_study_without_torch_runs_with_tpe_and_says_so_once(tmp_path: Path) -> N
     assert run.returncode == 0, run.describe()
     assert run.stderr.count(NOTE) == 1, run.describe()
     assert f"for the GP sampler install it with {GP_INSTALL}" in run.stderr
+    assert f"PyTorch's CPU build is enough: {CPU_TORCH})" in run.stderr
     assert "Traceback" not in run.stderr
     assert "FutureWarning" not in run.stderr  # TPE as Optuna 5 takes it
+    note = next(line for line in run.stderr.splitlines() if line.startswith(NOTE))
+    assert note in (REPO / "README.md").read_text(encoding="utf-8")  # the README shows it as is
 
     import optuna
 
@@ -154,6 +157,7 @@ def test_gp_sampler_without_torch_is_refused_before_anything_is_created(tmp_path
     )
     assert "No module named 'torch'" in run.stderr
     assert f"hint: install it with {GP_INSTALL}" in run.stderr
+    assert CPU_TORCH in run.stderr and "or choose --sampler tpe" in run.stderr
     assert "Traceback" not in run.stderr
     assert not studies.exists()  # no study, no log, no server
 
