@@ -178,3 +178,23 @@ def test_help_and_a_tpe_study_do_not_import_torch(tmp_path: Path) -> None:
     assert run.returncode == 0, run.describe()
     assert "--sampler" in run.stdout
     assert run.stdout.rstrip().endswith("torch imported: False"), run.describe()
+
+
+def test_search_benchmark_without_torch_says_its_studies_are_tpe(tmp_path: Path) -> None:
+    tiny = {
+        "speculative_num_steps": {"type": "int", "low": 1, "high": 2},
+        "speculative_eagle_topk": {"type": "categorical", "choices": [1, 2]},
+        "speculative_num_draft_tokens": {"type": "int", "low": 2, "high": 3},
+        "cuda_graph_max_bs": {"type": "categorical", "choices": [8, 16]},
+        "mem_fraction_static": {"type": "float", "low": 0.80, "high": 0.82, "step": 0.01},
+    }
+    space = small_space(tmp_path, edit={"parameters": tiny})
+    args = ("-m", "autotune", "bench", "search", "--space", str(space), "--seeds", "1")
+    common = (*args, "--budget", "3", "--out", str(tmp_path / "bench"))
+    run = _python(*common, "--samplers", "default", env=_no_torch(tmp_path))
+    assert run.returncode == 0, run.describe()
+    assert run.stderr.count(f"bench search: the tuner's studies: {NOTE}") == 1, run.describe()
+    assert "default" in run.stdout
+    plain = _python(*common, "--samplers", "tpe,random", env=_no_torch(tmp_path))
+    assert plain.returncode == 0, plain.describe()
+    assert NOTE not in plain.stderr  # Optuna's samplers as they come never needed torch
