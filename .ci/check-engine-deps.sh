@@ -16,8 +16,10 @@
 # have; 0.33.0 is therefore the vLLM checked here. ENGINES="pkg==v ..." checks others instead.
 #
 # Needs a Python with pip (the project's environment: uv is installed into it when missing) and
-# the package index. Exit status: 0 all engines fit, 1 a conflict (named), 2 the check could not
-# run (the index unreachable, an engine that no longer resolves on its own).
+# the package index. An index whose mirrors disagree for a moment (a version listed for the engine
+# alone, missing a second later) is asked again, up to three times. Exit status: 0 all engines
+# fit, 1 a conflict (named), 2 the check could not run (the index unreachable or contradicting
+# itself, an engine that no longer resolves on its own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LC_ALL=C # one collation for sort and join
@@ -52,10 +54,10 @@ pins() {  # the name==version lines of a lock, names normalised (PEP 503)
     awk '{ n = tolower($1); gsub(/[._-]+/, "-", n); print n, $2 }' | sort
 }
 
-status=0
-for engine in $ENGINES; do
+# check ENGINE: 0 fits, 1 a conflict (named), 2 cannot run, 3 the index contradicted itself
+check() {
+  local engine="$1" name culprits changed engine_n added missing
   name="${engine%%[=<>!~]*}"
-  started=$SECONDS
   echo "$engine" >"$work/$name.in"
   if ! compile "$work/$name.lock" "$work/$name.in"; then
     cat "$work/$name.lock.err" >&2
@@ -68,13 +70,24 @@ for engine in $ENGINES; do
       say "$engine does not resolve on its own (above), so nothing can be checked against it:" \
         "a release whose pins the index cannot serve; name another one in this script"
     fi
-    exit 2
+    return 2
   fi
   if ! compile "$work/both.lock" pyproject.toml "$work/$name.in" --extra gp \
     --constraint "$work/$name.lock"; then
+    # "there is no version of P==V" for a P==V of the engine's lock: the index listed V a moment
+    # ago (a mirror behind another); not a conflict of autotune's
+    missing="$(sed -n 's/.*there is no version of \([^ ]*\)==\([^ ]*\) .*/\1 \2/p' \
+      "$work/both.lock.err" | awk '{ n = tolower($1); gsub(/[._-]+/, "-", n); print n, $2 }' |
+      sort -u)"
+    if [[ -n "$missing" ]] && join <(echo "$missing") <(pins "$work/$name.lock") |
+      awk '$2 == $3 { found = 1 } END { exit !found }'; then
+      say "the index did not list $(echo "$missing" | awk '{ printf "%s==%s ", $1, $2 }')for" \
+        "autotune beside $engine, though it did for $engine alone a moment ago"
+      return 3
+    fi
     cat "$work/both.lock.err" >&2
-    culprits="$(grep -o 'autotune\(\[[a-z,]*\]\)\? depends on [^ ]*' "$work/both.lock.err" | sed 's/.* on //' |
-      sort -u | tr '\n' ' ' || true)"
+    culprits="$(grep -o 'autotune\(\[[a-z,]*\]\)\? depends on [^ ]*' "$work/both.lock.err" |
+      sed 's/.* on //; s/,$//' | grep -v "^$engine\$" | sort -u | tr '\n' ' ' || true)"
     if [[ -z "$culprits" ]]; then
       say "FAIL: autotune cannot be resolved together with $engine without changing its pins" \
         "(uv's explanation above)"
@@ -82,20 +95,34 @@ for engine in $ENGINES; do
       say "FAIL: autotune's requirement ${culprits% } conflicts with $engine's pins" \
         "(uv's explanation above): widen it in pyproject.toml so that $engine's version fits"
     fi
-    status=1
-    continue
+    return 1
   fi
   changed="$(join <(pins "$work/$name.lock") <(pins "$work/both.lock") | awk '$2 != $3' || true)"
   if [[ -n "$changed" ]]; then
     say "FAIL: beside autotune, $engine's pins would change (package, engine's, with autotune):"
     echo "$changed" >&2
-    status=1
-    continue
+    return 1
   fi
   engine_n="$(pins "$work/$name.lock" | wc -l)"
   added="$(join -v 2 <(pins "$work/$name.lock") <(pins "$work/both.lock") | awk '{print $1}' |
     tr '\n' ' ')"
-  say "ok: $engine: all $engine_n of its pins kept; autotune adds ${added% }" \
-    "($((SECONDS - started)) s)"
+  say "ok: $engine: all $engine_n of its pins kept; autotune adds ${added% }"
+}
+
+status=0
+for engine in $ENGINES; do
+  started=$SECONDS
+  for attempt in 1 2 3; do
+    rc=0
+    check "$engine" || rc=$?
+    [[ $rc == 3 && $attempt -lt 3 ]] || break
+    say "resolving $engine again ($((attempt + 1)) of 3)"
+  done
+  case $rc in
+    0) say "$engine checked in $((SECONDS - started)) s" ;;
+    1) status=1 ;;
+    3) say "the index kept contradicting itself: the check could not run"; exit 2 ;;
+    *) exit 2 ;;
+  esac
 done
 exit "$status"
