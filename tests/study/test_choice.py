@@ -133,6 +133,27 @@ def test_study_without_torch_runs_with_tpe_and_says_so_once(tmp_path: Path) -> N
     study = optuna.load_study(study_name="no-torch", storage=f"sqlite:///{studies}/no-torch.db")
     assert len(finished_trials(study)) == n_trials
 
+    # resuming it with the GP sampler asked for is refused before any trial runs
+    resumed = _python(
+        "-m",
+        "autotune",
+        "study",
+        "resume",
+        "--study-name",
+        "no-torch",
+        "--studies-dir",
+        str(studies),
+        "--n-trials",
+        "2",
+        "--sampler",
+        "gp",
+        env=_no_torch(tmp_path),
+    )
+    assert resumed.returncode == 2, resumed.describe()
+    assert "--sampler: the GP sampler needs PyTorch" in resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    assert len(study.get_trials(deepcopy=False)) == n_trials
+
 
 def test_gp_sampler_without_torch_is_refused_before_anything_is_created(tmp_path: Path) -> None:
     space = small_space(tmp_path)
