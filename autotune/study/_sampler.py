@@ -41,16 +41,14 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune._errors import ConfigError
 from autotune.engines import Engine, create_engine
 from autotune.space import ParamSpec, SearchSpace
+from autotune.study._choice import choose_sampler
 from autotune.study._feasibility import Feasibility
 from autotune.study._optuna import fixed_params
 from autotune.study._record import TrialRecord
 from autotune.study._reparam import DraftFill
 from autotune.study._view import StudyView
-
-SAMPLERS = ("auto", "gp", "tpe", "random")
 
 #: How many times a proposal known to fail is replaced before it is recorded as refused.
 MAX_ATTEMPTS = 40
@@ -327,17 +325,19 @@ def build_sampler(
     n_startup_trials: int = 6,
     learn_from_crashes: bool = True,
 ) -> AutotuneSampler:
-    """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE).
+    """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE)
+    or PyTorch is missing here (then TPE; see :mod:`autotune.study._choice`).
 
     Both handle a multi-objective study (GPSampler: log expected hypervolume improvement,
     constrained; TPE: its multi-objective split), with the same constraints.
 
     ``learn_from_crashes=False`` hides crashes from the base sampler's model (the search
     benchmark's ``no-learning`` ablation).
+
+    Raises:
+        ConfigError: an unknown sampler, or ``gp`` without PyTorch.
     """
-    choice = name
-    if choice == "auto":
-        choice = "tpe" if space.conditional else "gp"
+    choice = choose_sampler(name, conditional=space.conditional).name
     base: optuna.samplers.BaseSampler
     if choice == "gp":
         base = optuna.samplers.GPSampler(
@@ -350,13 +350,10 @@ def build_sampler(
             multivariate=True,
             group=space.conditional,
             constant_liar=True,
-            warn_independent_sampling=False,
         )
-    elif choice == "random":
+    else:
         base = optuna.samplers.RandomSampler(seed=seed)
         n_startup_trials = 10**9
-    else:
-        raise ConfigError(f"unknown sampler {name!r}", hint="choose one of: " + ", ".join(SAMPLERS))
     return AutotuneSampler(
         base,
         space,
