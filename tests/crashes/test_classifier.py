@@ -306,3 +306,18 @@ def test_classification_to_dict() -> None:
         "is_crash": True,
     }
     assert not Classification("ready", None, None, "ok").is_crash
+
+
+def test_source_lines_pasted_without_indentation_are_code_not_causes() -> None:
+    text = "\n".join(
+        [
+            'File "/sgl-workspace/sglang/python/sglang/srt/distributed/pynccl_wrapper.py", line '
+            "350, in NCCL_CHECK",
+            'raise RuntimeError(f"NCCL error: {error_str}")',
+            "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO)",
+        ]
+    )
+    result = classify_text(text + "\n")
+    assert (result.category, result.line_number) == ("nccl_error", 3)
+    # not under a frame, the same text is a log line like any other
+    assert new_live().feed('raise RuntimeError(f"NCCL error: {error_str}")') is not None

@@ -3,7 +3,8 @@
 :class:`SGLangCrashRules` hands the classifier of :mod:`autotune.crashes` the patterns of
 :mod:`autotune.engines.sglang._crash_rules`, the advice of
 :mod:`autotune.engines.sglang._crash_advice` and the healthy progress lines below: the ready line,
-serving lines, start-up steps and the ``--mem-fraction-static`` the server used. Progress lines
+serving lines, start-up steps, the ``--mem-fraction-static`` the server used and the one SGLang's
+KV-budget message suggests. Progress lines
 never decide a crash; they tell how far a start-up got (for advice and for the ``ready`` /
 ``running`` / ``starting`` verdicts).
 """
@@ -14,6 +15,7 @@ import re
 from collections.abc import Collection, Mapping
 
 from autotune.crashes import AdviceContext, CrashRules, Progress
+from autotune.engines.sglang import _crash_memory as memory
 from autotune.engines.sglang import _crash_rules as rules
 from autotune.engines.sglang._crash_advice import advise
 
@@ -100,8 +102,11 @@ class SGLangCrashRules(CrashRules):
         return rules.hint_of(line)
 
     def settings(self, line: str) -> Mapping[str, str]:
+        found = dict(memory.fraction_settings(line))
         value = mem_fraction_value(line)
-        return {} if value is None else {"mem_fraction_static": value}
+        if value is not None:
+            found["mem_fraction_static"] = value
+        return found
 
     def pick_cause(self, found: Collection[str]) -> tuple[str, str] | None:
         if (
