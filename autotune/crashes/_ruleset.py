@@ -162,6 +162,11 @@ class CrashRules(abc.ABC):
         """Values of the engine's settings that a line shows, by knob name (for advice)."""
         return {}
 
+    def fraction_fix(self, category: str, evidence: str | None) -> Literal["raise", "lower"] | None:
+        """Which way the static memory fraction must move to cure a crash of ``category`` whose
+        deciding line was ``evidence``, or ``None`` when the verdict does not say (by default)."""
+        return None
+
     def pick_cause(self, found: Collection[str]) -> tuple[str, str] | None:
         """The verdict among the specific causes ``found``: ``(category, category whose
         finding is the evidence)``; by default the first of :attr:`cause_priority`."""

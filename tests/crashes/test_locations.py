@@ -168,3 +168,13 @@ def test_the_nccl_watchdog_reporting_a_cuda_error_is_not_an_nccl_failure() -> No
     verdict = classify_text("\n".join([lines[0], timeout]) + "\n")
     assert (verdict.category, verdict.line_number) == ("nccl_error", 2)
     assert RULES.is_strong_crash(lines[0])
+
+
+def test_which_way_the_memory_fraction_must_move() -> None:
+    assert RULES.fraction_fix("oom_kv_pool", OOM) == "lower"
+    assert RULES.fraction_fix("oom_kv_pool", "RuntimeError: Not enough memory.") == "raise"
+    assert RULES.fraction_fix("oom_kv_pool", None) == "raise"
+    assert RULES.fraction_fix("oom_cuda_graph", OOM) == "lower"
+    assert RULES.fraction_fix("nccl_error", "RuntimeError: NCCL error") is None
+    allocated = classify_text(traceback(KV_POOL, OOM))
+    assert RULES.fraction_fix(allocated.category, allocated.evidence) == "lower"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
+from typing import Literal
 
 from autotune.crashes import AdviceContext, CrashRules, Progress
 from autotune.engines.sglang import _crash_memory as memory
@@ -107,6 +108,15 @@ class SGLangCrashRules(CrashRules):
         if value is not None:
             found["mem_fraction_static"] = value
         return found
+
+    def fraction_fix(self, category: str, evidence: str | None) -> Literal["raise", "lower"] | None:
+        """A KV pool that does not fit the budget needs a higher fraction; one that ran out of GPU
+        memory while allocated, and CUDA graphs that did not fit, need a lower one."""
+        if category == "oom_kv_pool":
+            return "lower" if memory.is_cuda_oom(evidence or "") else "raise"
+        if category == "oom_cuda_graph":
+            return "lower"
+        return None
 
     def pick_cause(self, found: Collection[str]) -> tuple[str, str] | None:
         if (
