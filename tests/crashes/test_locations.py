@@ -123,6 +123,7 @@ def test_a_positive_pool_and_a_later_request_limit_are_no_kv_pool_failure() -> N
         "('fp8e4b15', 'fp8e5')",
         "tvm.error.InternalError: Check failed: (0) is false: Unsupported target for gemm: cuda "
         "-keys=cuda,gpu -arch=sm_120",
+        "RuntimeError: FP8 block-scaled GEMM is not supported on SM120",
     ],
 )
 def test_kernel_libraries_that_reject_the_gpu(line: str) -> None:

@@ -95,6 +95,7 @@ _ARCH = re.compile(
     # DeepGEMM's assertions), not a model class ("Unsupported architecture: FooForCausalLM")
     r"|\bunsupported (?:compute )?architecture\b(?!s?\s*[:=]?\s*\[?['\"]?\w*For[A-Z])"
     r"|\bunsupported target\b[^.;]{0,80}\bsm_?\d{2,3}"
+    r"|(?:not supported|unsupported|not available) (?:on|for) (?:sm_?|SM ?)\d{2,3}[af]?\b"
     r"|\bsm_?\d{2,3}[af]?\b[^.;]{0,40}?\b(?:not supported|unsupported|is not compatible)"
     r"|(?:not supported|unsupported|only (?:supported|available)) (?:on|in|for) (?:this|the current"
     r"|your) (?:gpu|device|architecture|arch|hardware)"
