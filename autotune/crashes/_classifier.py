@@ -152,7 +152,8 @@ class LiveClassifier:
         settings = rules.settings(line)
         if settings:
             self._settings.update(settings)
-        if self._read_progress(line):
+        if self._read_progress(line) and not rules.is_strong_crash(line):
+            # (a progress bar that a crash was written onto still reports the crash)
             return False
         frame = rules.parse_frame(line)
         if frame is not None:
