@@ -4,8 +4,8 @@
 :mod:`autotune.engines.sglang._crash_rules`, the advice of
 :mod:`autotune.engines.sglang._crash_advice` and the healthy progress lines below: the ready line,
 serving lines, start-up steps, the ``--mem-fraction-static`` the server used and the one SGLang's
-KV-budget message suggests. Progress lines
-never decide a crash; they tell how far a start-up got (for advice and for the ``ready`` /
+KV-budget message suggests, and which way a memory crash needs the fraction to move. Progress
+lines never decide a crash; they tell how far a start-up got (for advice and for the ``ready`` /
 ``running`` / ``starting`` verdicts).
 """
 
