@@ -58,7 +58,7 @@ MAX_FAILED_STARTS = 2
 CHOICE_CONFIDENCE = 0.8
 #: With a load mix: the best few at each load point that join the candidates (each point's
 #: winner is then chosen on confirmed figures too, not on one lucky measurement).
-LOAD_CANDIDATES = 2
+LOAD_CANDIDATES = 3
 #: With latency limits: measured configurations held in reserve, the best after the
 #: candidates; each joins the confirmation when a candidate is dropped as not within the limits
 #: (near a limit the best few may all be just over it, and no speculation may be over it too).
