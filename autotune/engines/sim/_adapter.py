@@ -135,7 +135,8 @@ class SimEngine(SGLangRules):
             self._flags, self.spec, config, port=port, workload=workload
         )
         sim = self.spec.sim
-        argv = [self.python, "-m", "autotune.sim", *args, *self.spec.extra_args]
+        argv = [*self.spec.launch_prefix, self.python, "-m", "autotune.sim", *args]
+        argv += self.spec.extra_args
         argv += ["--sim-profile", sim.profile, "--sim-dialect", sim.dialect]
         argv += ["--sim-time-scale", repr(float(sim.time_scale))]
         argv += ["--sim-noise", repr(float(sim.noise))]
