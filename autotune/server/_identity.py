@@ -137,7 +137,10 @@ class _Running(Protocol):
 
 
 def identity_of(proc: _Running) -> ProcessIdentity:
-    """The record of a running server, to store before waiting on it."""
+    """The record of a running server, to store before waiting on it (secrets in its launch
+    prefix, ``-e HF_TOKEN=...``, are redacted: the stop through the prefix needs none)."""
+    from autotune._redact import redact_argv
+
     return ProcessIdentity(
         pid=proc.pid,
         pgid=proc.pgid,
@@ -146,7 +149,7 @@ def identity_of(proc: _Running) -> ProcessIdentity:
         hostname=socket.gethostname(),
         argv_sha=argv_digest(proc.argv),
         token=proc.token,
-        launch_prefix=proc.launch_prefix,
+        launch_prefix=tuple(redact_argv(proc.launch_prefix)),
         pid_file=proc.pid_file,
     )
 

@@ -25,11 +25,13 @@ and reach the same machine or container every time (``docker exec NAME``, ``podm
 from __future__ import annotations
 
 import contextlib
+import shlex
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from autotune._errors import ServerError
 from autotune.server._tree import TOKEN_ENV
 
 #: Where the pid file lives inside the prefix (a path of the container's or node's own).
@@ -163,6 +165,36 @@ class PrefixLauncher:
         self.prefix = tuple(prefix)
         self.token = token
         self.pid_file = pid_file or f"{PID_DIR}/autotune-server-{token}.pid"
+
+    @classmethod
+    def around(
+        cls,
+        args: tuple[str, ...],
+        prefix: tuple[str, ...],
+        env: Mapping[str, str],
+        secret_env: frozenset[str],
+        token: str,
+    ) -> tuple[PrefixLauncher, tuple[str, ...]]:
+        """The launcher of a command whose first elements are ``prefix``, and the argv to run:
+        the server gets ``env`` but its ``secret_env`` names, ``PYTHONUNBUFFERED`` and the token.
+
+        Raises:
+            ServerError: nothing follows the prefix in the command.
+        """
+        from autotune._redact import redact_argv
+
+        if args[: len(prefix)] != prefix or len(args) == len(prefix):
+            raise ServerError(
+                "cannot start the server: the command does not go on after its launch prefix "
+                f"{shlex.join(redact_argv(prefix))}: {shlex.join(redact_argv(args))}",
+                command=redact_argv(args),
+                hint="the engine built a command without its launch prefix; report this",
+            )
+        inside = {k: v for k, v in env.items() if k not in secret_env}
+        inside.setdefault("PYTHONUNBUFFERED", "1")
+        inside[TOKEN_ENV] = token
+        launcher = cls(prefix, token)
+        return launcher, tuple(launcher.wrap(args[len(prefix) :], inside))
 
     def wrap(self, command: Sequence[str], env: Mapping[str, str]) -> list[str]:
         """The argv to start: the prefix, then the launcher running ``env NAME=VALUE... command``

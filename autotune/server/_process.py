@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shlex
@@ -21,6 +22,8 @@ from autotune.server._tree import TOKEN_ENV, ProcessTree, StopReport
 
 if TYPE_CHECKING:
     from autotune._launch import LaunchSpec
+
+log = logging.getLogger(__name__)
 
 
 def _always() -> bool:
@@ -141,7 +144,7 @@ class ServerProcess:
         run = args
         launcher = None
         if prefix:
-            launcher, run = _through_prefix(args, tuple(prefix), env or {}, secret_env, token)
+            launcher, run = PrefixLauncher.around(args, tuple(prefix), env or {}, secret_env, token)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             log = path.open("ab")
@@ -321,6 +324,16 @@ class ServerProcess:
             term, kill, urgent=urgent, launching=lambda: self._popen.poll() is None
         )
         self.prefix_stop = inside
+        if inside.result in ("unreachable", "survived"):
+            from autotune._redact import redact_argv
+
+            log.error(
+                "the server could not be stopped through %s (%s); stop it by hand: its pid is "
+                "in %s there",
+                " ".join(redact_argv(self._launcher.prefix)),
+                inside.detail or "it survived SIGKILL",
+                self._launcher.pid_file,
+            )
         # the launcher exits with its server: what is left here gets the rest of the TERM time
         left = max(term - inside.elapsed_s, min(term, 2.0))
         report = self._tree.stop(term_timeout_s=left, kill_timeout_s=kill, urgent=urgent)
@@ -362,27 +375,3 @@ class ServerProcess:
     def __repr__(self) -> str:
         state = "stopped" if self._outcome is not None else "running"
         return f"ServerProcess(pid={self.pid}, {state}, log={self.log_path})"
-
-
-def _through_prefix(
-    args: tuple[str, ...],
-    prefix: tuple[str, ...],
-    env: Mapping[str, str],
-    secret_env: frozenset[str],
-    token: str,
-) -> tuple[PrefixLauncher, tuple[str, ...]]:
-    """The launcher of a command whose first elements are ``prefix``, and the argv to run."""
-    from autotune._redact import redact_argv
-
-    if args[: len(prefix)] != prefix or len(args) == len(prefix):
-        raise ServerError(
-            "cannot start the server: the command does not go on after its launch prefix "
-            f"{shlex.join(redact_argv(prefix))}: {shlex.join(redact_argv(args))}",
-            command=redact_argv(args),
-            hint="the engine built a command without its launch prefix; report this",
-        )
-    inside = {k: v for k, v in env.items() if k not in secret_env}
-    inside.setdefault("PYTHONUNBUFFERED", "1")
-    inside[TOKEN_ENV] = token
-    launcher = PrefixLauncher(prefix, token)
-    return launcher, tuple(launcher.wrap(args[len(prefix) :], inside))

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.server import ProcessIdentity, ServerProcess, stop_identity
+from autotune._errors import ServerError
+from autotune.server import ProcessIdentity, ServerProcess, identity_of, stop_identity
 from autotune.server._launcher import PrefixLauncher
 
 from ._box import Box
@@ -158,3 +159,32 @@ def test_a_prefix_that_cannot_run_is_reported_not_ignored(tmp_path: Path) -> Non
     failing = PrefixLauncher([sys.executable, "-c", "import sys; sys.exit(5)"], "t")
     result = failing.stop(0.1, 0.1)
     assert result.result == "unreachable" and "exited with 5" in result.detail
+
+
+def test_a_secret_in_the_prefix_is_not_recorded_and_the_stop_needs_none(
+    box: Box, tmp_path: Path
+) -> None:
+    prefix = ["env", "HF_TOKEN=hf_abcdefghijklmnopqrstuvwx", *box.prefix]
+    argv = [*prefix, *script("sleeper.py")]
+    proc = ServerProcess.start(argv, log_path=tmp_path / "s.log", prefix=prefix)
+    try:
+        wait_until(lambda: bool(_inside(box, "sleeper.py")))
+        identity = identity_of(proc)
+        assert identity.launch_prefix == ("env", "HF_TOKEN=***", *box.prefix)
+        assert "hf_abcdefghijklmnopqrstuvwx" not in json.dumps(identity.to_dict())
+        outcome = stop_identity(identity, term_timeout_s=5, kill_timeout_s=5)
+        assert outcome is not None and not outcome.forced
+        assert box.wait_empty() == []
+    finally:
+        proc.stop(term_timeout_s=0.1, kill_timeout_s=5)
+
+
+@pytest.mark.parametrize(
+    "argv", [["docker", "exec", "box"], ["podman", "exec", "box", "python3"]], ids=str
+)
+def test_a_command_that_does_not_go_on_after_its_prefix_is_refused(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    with pytest.raises(ServerError, match="does not go on after its launch prefix"):
+        ServerProcess.start(argv, log_path=tmp_path / "s.log", prefix=["docker", "exec", "box"])
+    assert not (tmp_path / "s.log").exists()  # nothing launched
