@@ -6,6 +6,7 @@ The container is a real PID namespace whose ``exec`` has ``docker exec``'s proce
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import subprocess
@@ -111,7 +112,9 @@ def test_the_server_of_a_killed_tuner_is_stopped_from_its_record(box: Box, tmp_p
         assert identity.launch_prefix == tuple(box.prefix) and identity.pid_file
         assert ProcessIdentity.from_dict(identity.to_dict()) == identity
 
-        outcome = stop_identity(identity, term_timeout_s=0.3, kill_timeout_s=10)
+        # a second worker on another machine: only the prefix leads to the server
+        elsewhere = dataclasses.replace(identity, hostname=f"not-{identity.hostname}")
+        outcome = stop_identity(elsewhere, term_timeout_s=0.3, kill_timeout_s=10)
 
         assert outcome is not None and outcome.forced
         assert box.wait_empty() == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shlex
 import signal
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -27,7 +28,9 @@ def box() -> Iterator[Box]:
 
 
 def _servers_inside(box: Box) -> list[str]:
-    return [line for line in box.processes() if "autotune.sim" in line]
+    """The simulated servers inside (not their launcher, whose arguments name them too)."""
+    found = box.processes()
+    return [line for line in found if "autotune.sim" in line and "autotune-launcher" not in line]
 
 
 def test_a_trial_runs_its_server_inside_and_leaves_nothing_there(lab: StudyLab, box: Box) -> None:
@@ -80,4 +83,38 @@ def test_resume_after_kill_9_stops_the_server_left_inside(lab: StudyLab, box: Bo
     no_traceback(run)
     assert "its server was still running and has been stopped" in run.err, run.show()
     assert "2 of 2 trials finished" in run.out
+    assert box.wait_empty() == []
+
+
+def test_a_second_ctrl_c_kills_a_server_inside_that_ignores_sigterm_at_once(
+    lab: StudyLab, box: Box
+) -> None:
+    # inside, the simulated server obeys SIGTERM; its interpreter's wrapper does not
+    python = sys.executable
+    wrapper = lab.write(
+        "stubborn-python", f"#!/bin/sh\ntrap '' TERM\n{python} \"$@\"\nexec sleep 600\n"
+    )
+    wrapper.chmod(0o755)
+    name = "boxed-stubborn"
+    space = lab.space(
+        name,
+        faults=[SLOW],
+        baseline=False,
+        configs=CONFIGS[:1],
+        stop_s=120,
+        python=str(wrapper),
+        launch_prefix=box.prefix,
+    )
+    tuner = lab.spawn("study", "start", "--space", str(space), "--n-trials", "1")
+    log = lab.studies / f"{name}-artifacts" / "trials" / "0000" / "server.log"
+    lab.wait_for(  # its SIGTERM handler is in place
+        "the server's start-up", lambda: log.exists() and "Load weight" in log.read_text()
+    )
+    tuner.send_signal(signal.SIGINT)
+    lab.wait_for("the simulated server to obey SIGTERM", lambda: not _servers_inside(box))
+    assert tuner.poll() is None, "the tuner did not wait for the rest of its server to stop"
+    assert [line for line in box.processes() if "sleep 600" in line]
+    tuner.send_signal(signal.SIGINT)
+    run = lab.finish(tuner, timeout=60)  # well before the 120 s stop timeout
+    assert run.rc == 130, run.err
     assert box.wait_empty() == []
