@@ -85,13 +85,22 @@ if [ -n "$now" ] && [ "$now" != "$s" ]; then
     rm -f "$f"; echo gone; exit 0  # the pid was reused: the group cannot still exist
 fi
 carriers=""  # pid:start of processes that carry the launch's token (left the group)
-scan() {
+holders() {  # the /proc/PID/environ files that hold the token (one grep where it knows -z)
+    if printf 'x\0' | grep -qxz x 2>/dev/null; then
+        grep -lsxzF "TOKEN_ENV=$t" /proc/[0-9]*/environ 2>/dev/null
+        return 0
+    fi
     for d in /proc/[0-9]*; do
-        q=${d#/proc/}
-        case " $carriers " in *" $q:"*) continue ;; esac
-        if { tr '\0' '\n' < "$d/environ"; } 2>/dev/null | grep -qx "TOKEN_ENV=$t"; then
-            carriers="$carriers $q:$(start_of "$q")"
+        if { tr '\0' '\n' < "$d/environ"; } 2>/dev/null | grep -qxF "TOKEN_ENV=$t"; then
+            echo "$d/environ"
         fi
+    done
+}
+scan() {
+    for e in $(holders); do
+        q=${e#/proc/}; q=${q%/environ}
+        case " $carriers " in *" $q:"*) continue ;; esac
+        carriers="$carriers $q:$(start_of "$q")"
     done
 }
 alive() {  # a live (not zombie) process of the launch
