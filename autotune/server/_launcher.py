@@ -25,7 +25,9 @@ and reach the same machine or container every time (``docker exec NAME``, ``podm
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -270,27 +272,25 @@ class PrefixLauncher:
             return "unreachable", f"cannot run {self.prefix[0]!r}: {e.strerror or e}"
         limit = time.monotonic() + term_s + kill_s + PREFIX_SLACK_S
         try:
-            while proc.poll() is None:
-                if urgent is not None and urgent():
-                    proc.kill()
-                    proc.wait()
-                    return "interrupted", ""
-                if time.monotonic() > limit:
-                    proc.kill()
-                    proc.wait()
-                    return "unreachable", f"{self.prefix[0]} did not answer in time"
-                time.sleep(0.05)
+            while True:
+                try:
+                    out, err = proc.communicate(timeout=0.05)
+                    break
+                except subprocess.TimeoutExpired:
+                    if urgent is not None and urgent():
+                        return "interrupted", ""
+                    if time.monotonic() > limit:
+                        return "unreachable", f"{self.prefix[0]} did not answer in time"
         finally:
-            if proc.poll() is None:
+            if proc.poll() is None:  # (the returns above, or a signal handler that raised)
                 with contextlib.suppress(OSError):
-                    proc.kill()
+                    os.killpg(proc.pid, signal.SIGKILL)  # its session: the call and its children
                 proc.wait()
-        out = proc.stdout.read().decode(errors="replace").split() if proc.stdout else []
-        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-        if proc.stdout:
-            proc.stdout.close()
-        if proc.stderr:
-            proc.stderr.close()
-        if proc.returncode == 0 and out:
-            return out[-1], err
-        return "unreachable", err or f"{self.prefix[0]} exited with {proc.returncode}"
+                for pipe in (proc.stdout, proc.stderr):  # what it started may hold them open
+                    if pipe is not None:
+                        pipe.close()
+        words = out.decode(errors="replace").split()
+        if proc.returncode == 0 and words:
+            return words[-1], err.decode(errors="replace").strip()
+        why = err.decode(errors="replace").strip()
+        return "unreachable", why or f"{self.prefix[0]} exited with {proc.returncode}"
