@@ -58,6 +58,7 @@ def test_teardown_stops_the_server_inside_and_everything_it_started(
     assert proc.prefix_stop is not None and proc.prefix_stop.result == "killed"
     assert proc.outcome is not None and proc.outcome.forced  # every one of them ignores TERM
     assert box.wait_empty() == []
+    assert proc.pid_file is not None and not Path(proc.pid_file).exists()  # cleaned up
 
 
 def test_a_server_that_obeys_sigterm_is_stopped_without_a_kill(box: Box, tmp_path: Path) -> None:
@@ -68,6 +69,7 @@ def test_a_server_that_obeys_sigterm_is_stopped_without_a_kill(box: Box, tmp_pat
     assert proc.outcome is not None and not proc.outcome.forced
     assert proc.outcome.exit_code == 7  # the launcher exits with its server's status
     assert box.wait_empty() == []
+    assert proc.pid_file is not None and not Path(proc.pid_file).exists()
 
 
 def test_a_stop_right_after_the_launch_still_finds_the_server(box: Box, tmp_path: Path) -> None:
