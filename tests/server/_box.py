@@ -85,10 +85,15 @@ class Box:
         """The launch prefix of the box (``docker exec BOX``)."""
         return [sys.executable, str(NSBOX), "exec", str(self.socket)]
 
+    @property
+    def nsenter(self) -> list[str]:
+        """A launch prefix that enters the namespace itself (the command is its child)."""
+        return ["nsenter", "-t", str(self.init_pid), "-p", "-m"]
+
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """Run a command inside (as ``nsenter`` into the namespace) to its end."""
         return subprocess.run(
-            ["nsenter", "-t", str(self.init_pid), "-p", "-m", *argv],
+            [*self.nsenter, *argv],
             capture_output=True,
             text=True,
             timeout=60,

@@ -42,13 +42,15 @@ def test_the_box_keeps_a_command_whose_client_is_stopped(
     assert _inside(box, "sleeper.py"), "the box should have kept the command"
 
 
+@pytest.mark.parametrize("enter", ["exec", "nsenter"])
 def test_teardown_stops_the_server_inside_and_everything_it_started(
-    box: Box, tmp_path: Path
+    box: Box, tmp_path: Path, enter: str
 ) -> None:
     pids = tmp_path / "pids"  # the box shares this host's files, as a bind mount would
-    argv = _through(box, *script("tree_child.py", pids))
+    prefix = box.prefix if enter == "exec" else box.nsenter
+    argv = [*prefix, *script("tree_child.py", pids)]
     with ServerProcess.start(
-        argv, log_path=tmp_path / "s.log", prefix=box.prefix, term_timeout_s=0.5
+        argv, log_path=tmp_path / "s.log", prefix=prefix, term_timeout_s=0.5
     ) as proc:
         wait_until(pids.exists)
         inside = box.processes()

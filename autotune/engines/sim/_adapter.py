@@ -112,6 +112,8 @@ class SimEngine(SGLangRules):
 
     @property
     def python(self) -> str:
+        """``engine.python``, else this interpreter, behind a launch prefix too (the simulated
+        server runs where autotune is installed: a container that shares its files)."""
         return self.spec.python or sys.executable
 
     def flagset(self) -> FlagSet:
