@@ -57,6 +57,10 @@ if ! command -v setsid >/dev/null 2>&1; then
     echo "autotune: 'setsid' is not installed where the launch prefix runs the server" >&2
     exit 127
 fi
+if ! (: > "$f.tmp") 2>/dev/null; then
+    echo "autotune: cannot write the server's pid file $f where the launch prefix runs" >&2
+    exit 126
+fi
 setsid "$@" </dev/null &
 p=$!
 s=$(start_of "$p")

@@ -195,3 +195,13 @@ def test_a_command_that_does_not_go_on_after_its_prefix_is_refused(
     with pytest.raises(ServerError, match="does not go on after its launch prefix"):
         ServerProcess.start(argv, log_path=tmp_path / "s.log", prefix=["docker", "exec", "box"])
     assert not (tmp_path / "s.log").exists()  # nothing launched
+
+
+def test_no_server_starts_where_its_pid_file_cannot_be_written(tmp_path: Path) -> None:
+    launcher = PrefixLauncher([], secrets.token_hex(16), pid_file="/nonexistent-dir/server.pid")
+    marker = tmp_path / "started"
+    argv = launcher.wrap([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], {})
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 126
+    assert "cannot write the server's pid file /nonexistent-dir/server.pid" in done.stderr
+    assert not marker.exists()
