@@ -20,6 +20,8 @@ from autotune.crashes import classify_text
 from autotune.engines import MemoryReading, create_engine
 from autotune.space import load_space
 from autotune.study._feasibility import Feasibility
+from autotune.study._memory import MemoryReadings
+from autotune.study._record import Outcome, TrialRecord
 
 from ._helpers import finished_trials, free_port, small_space, start_study
 
@@ -86,3 +88,15 @@ def test_a_start_s_memory_lines_refuse_a_later_proposal(space: Path, tmp_path: P
     assert room is not None and float(room.group(1)) == pytest.approx(
         float(rest.group(1)), abs=0.011
     )
+
+
+def test_a_log_that_cannot_be_read_records_no_reading(space: Path, tmp_path: Path) -> None:
+    loaded = load_space(space)
+    readings = MemoryReadings(create_engine(loaded.engine))
+    record = TrialRecord(outcome=Outcome.OK, role="search")
+    config = loaded.config_for(FITS)
+    readings.record(config, record, tmp_path / "missing.log")
+    readings.record(config, record, None)
+    (tmp_path / "quiet.log").write_text("Init torch distributed begin.\n")
+    readings.record(config, record, tmp_path / "quiet.log")
+    assert "memory" not in record.user_attrs()

@@ -9,6 +9,8 @@ SGLang prints, per rank, in this order (``model_runner.py``; GiB labelled GB, tw
     Capture cuda graph bs [1, 2, ..., B]
     Capture cuda graph end. ... mem usage=G GB. avail mem=A GB.    (then the draft's graphs)
 
+A KV line may name its dtype first (``KV Cache is allocated. dtype: torch.bfloat16, #tokens``).
+
 SGLang sizes the KV pool as what the static fraction ``f`` of a per-GPU budget ``T`` leaves after
 the weights, so the memory left outside the pool is ``F = T * (1 - f)``: ``T = F / (1 - f)``.
 Everything else follows from that rule, for the same GPUs, tensor-parallel size, all-reduce mode
@@ -48,7 +50,7 @@ _KV = re.compile(
 _POOL_END = re.compile(rf"Memory pool end\. avail mem={_NUM} GB")
 _GRAPH_BS = re.compile(r"Capture cuda graph bs \[([\d,\s]+)\]")
 _GRAPH_END = re.compile(
-    rf"Capture (?:draft )?cuda graph end\..*?mem usage={_NUM} GB\. avail mem={_NUM} GB"
+    rf"Capture (?:draft (?:extend )?)?cuda graph end\..*?mem usage={_NUM} GB\. avail mem={_NUM} GB"
 )
 _ARGS_FRACTION = re.compile(r"server_args=ServerArgs\(.*?\bmem_fraction_static=([\d.]+)")
 

@@ -75,6 +75,14 @@ def test_interleaved_ranks_give_each_figure_from_the_lowest_rank_that_printed_it
     assert reading.graph_gib is None and not reading.has_graphs  # capture had not ended
 
 
+def test_a_kv_line_that_names_its_dtype_first() -> None:
+    config = ServerConfig(mem_fraction_static=0.8, tp_size=2)  # as if launched at 0.8
+    reading = read_memory(lines("pr27537_musa_dtype.log"), config)
+    assert reading is not None
+    assert (reading.kv_tokens, reading.kv_gib) == (1106304, pytest.approx(50.64))
+    assert reading.free_after_pool_gib == 12.05 and not reading.has_graphs
+
+
 def test_a_pool_larger_than_its_k_and_v_sizes_is_predicted_from_what_the_weights_left() -> None:
     config = ServerConfig(mem_fraction_static=0.9)  # as if launched at 0.9
     reading = read_memory(lines("pr4826_gemma3_weights_pool.log"), config)
