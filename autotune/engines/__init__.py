@@ -18,6 +18,7 @@ from autotune._knobs import Infeasible
 from autotune._launch import LaunchSpec, Timeouts
 from autotune._redact import is_secret_name, redact_argv, redact_env, redact_text
 from autotune.engines._base import Engine, Hardware, LoadSchedule
+from autotune.engines._memory import MemoryReading
 from autotune.engines._registry import create_engine, engine_class, engine_kinds, server_api_for
 from autotune.engines._serving import (
     ACCEPTANCE_SOURCES,
@@ -52,6 +53,7 @@ __all__ = [
     "Infeasible",
     "LaunchSpec",
     "LoadSchedule",
+    "MemoryReading",
     "OptionInfo",
     "SGLangEngine",
     "ServerApi",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune._knobs import Infeasible
 from autotune._launch import LaunchSpec
+from autotune.engines._memory import MemoryReading
 from autotune.engines._spec import EngineSpec
 
 if TYPE_CHECKING:
@@ -229,6 +230,17 @@ class Engine(abc.ABC):
         if config.speculative and draft is not None:
             need += draft / tp
         return need
+
+    def read_memory(self, lines: Iterable[str], config: ServerConfig) -> MemoryReading | None:
+        """The memory figures that a start of ``config`` printed in its log ``lines`` (per GPU:
+        weights, KV pool, CUDA graphs, what was left); ``None``: the log gives none."""
+        return None
+
+    def memory_refusal(self, reading: MemoryReading, config: ServerConfig) -> Infeasible | None:
+        """Why ``config`` would run out of memory at start-up (its KV pool, its CUDA graphs),
+        predicted from another start's ``reading``, with the arithmetic in the reason; ``None``
+        when the prediction is not clear beyond the engine's margin."""
+        return None
 
     @abc.abstractmethod
     def readiness(self) -> Readiness:

@@ -84,7 +84,7 @@ class StartupPlanner:
         max_running = self._max_running(config, mem)
         if config.speculative and config.max_running_requests is None:
             notices.append("Max running requests is reset to 48 for speculative decoding.")
-        phases: list[StartupPhase] = [self._init_phase(config)]
+        phases: list[StartupPhase] = [self._init_phase(config, mem.plan.mem_fraction_static)]
         crash = self._mode_failure(config, env, graphs, "init")
         if crash is None:
             phases.append(self._weights_phase(config, mem))
@@ -123,11 +123,12 @@ class StartupPlanner:
             return 48
         return min(self.profile.runtime.default_max_running_requests, max(1, mem.plan.kv_tokens))
 
-    def _init_phase(self, config: ServerConfig) -> StartupPhase:
+    def _init_phase(self, config: ServerConfig, fraction: float) -> StartupPhase:
+        # SGLang prints its arguments once they are resolved: the automatic fraction as chosen
         p = self.profile
         lines = [
             f"server_args=ServerArgs(model_path='{p.model.name}', tp_size={config.tp_size}, "
-            f"mem_fraction_static={config.mem_fraction_static}, "
+            f"mem_fraction_static={fraction}, "
             f"speculative_algorithm={config.speculative_algorithm!r}, ...)",
         ]
         if p.startup.slow_tokenizer:

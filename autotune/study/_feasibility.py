@@ -15,7 +15,10 @@ Four sources, cheapest first, the first three the engine's (:class:`autotune.eng
   capture out of memory at ``(f, max_bs, draft tokens, top-k)`` means every configuration at
   least as large in all of them fails too; an all-reduce mode that fails on the architecture or
   under graph capture fails whatever the other knobs are; any other crash rules out that exact
-  configuration.
+  configuration;
+* what the study's own starts printed about their memory (:mod:`autotune.study._memory`): a
+  KV pool or CUDA-graph capture that the engine predicts, from a start's memory lines, to run out
+  of memory at another fraction or graph size.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from autotune._knobs import ServerConfig
 from autotune.engines import Engine, Hardware, Infeasible
 from autotune.space import SearchSpace
+from autotune.study._memory import MemoryReadings
 from autotune.study._record import Outcome, outcome_of
 
 if TYPE_CHECKING:
@@ -88,6 +92,8 @@ class Feasibility:
         self._hardware: Hardware | None = None
         self._weights: dict[str, tuple[float | None, float | None]] = {}
         self._lessons: list[_Lesson] = []
+        #: The memory readings of the study's starts (recorded by the trials, read back here).
+        self.memory = MemoryReadings(engine)
 
     # --- what is known -------------------------------------------------------------------
     @property
@@ -151,9 +157,11 @@ class Feasibility:
                 self._lessons.append(lesson)
 
     def learn_from(self, study: optuna.Study) -> None:
-        """Rebuild the learned rules from the crashed and refused trials of ``study``."""
+        """Rebuild the learned rules from the crashed and refused trials of ``study``, and the
+        memory readings from every finished trial that recorded one."""
         from optuna.trial import TrialState
 
+        self.memory.learn_from(study)
         pruned = study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
         outcomes = [(t, outcome_of(t.user_attrs)) for t in pruned if t.params]
         learned = [(t, o) for t, o in outcomes if o is not None and o.unmeasurable]
@@ -202,7 +210,7 @@ class Feasibility:
             reason = self._applies(lesson, config, params)
             if reason is not None:
                 return Infeasible(reason, lesson.category.value, lesson.kind.knob)
-        return None
+        return self.memory.refusal(config)
 
     def _applies(
         self, lesson: _Lesson, config: ServerConfig, params: Mapping[str, Any] | None

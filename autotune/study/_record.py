@@ -23,6 +23,9 @@ Every finished trial carries these user attributes, whatever its outcome:
                     label (``{"c16": {"value": ..., "output_tok_s": ..., ...}}``), ``value``
                     being the objective's figure at that point; the trial's value is their
                     weighted mean. Absent without a load mix.
+``memory``          what the start printed about its memory, per GPU (weights, KV pool, CUDA
+                    graphs, what each left: :class:`autotune.engines.MemoryReading`); absent
+                    where the log printed none
 ``role``            ``baseline``, ``enqueued`` (from the space file), ``informed`` (chosen by
                     the tuner before searching), ``search`` (proposed by the sampler) or
                     ``rerun`` (a configuration interrupted earlier)

@@ -150,6 +150,7 @@ class TrialRunner:
                 hooks.on_launch(identity_of(proc).to_dict())
             _check_cancelled(hooks)
             self._run_started(proc, launch, record, files, hooks)
+            self.feasibility.memory.record(config, record, files.server_log)
         finally:
             if proc is not None:
                 self._stop(proc, record, hooks, baseline)

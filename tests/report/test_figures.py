@@ -80,7 +80,7 @@ def test_crash_map(seed_study: StudyRun) -> None:
         assert list(trace.y) == [c["cuda_graph_max_bs"] for c in config]
         assert list(trace.text) == [f"trial {t.number}" for t in group]
     kv = traces["oom_kv_pool"]
-    assert list(kv.x) == [0.78] and list(kv.y) == [128]
+    assert list(kv.x) == [0.79] and list(kv.y) == [128]
     assert fig.layout.xaxis.title.text == "mem_fraction_static"
 
 

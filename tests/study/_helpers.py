@@ -53,8 +53,9 @@ SEED_TUNED: dict[str, Any] = {
 
 #: Configurations of the seed system that fail, each in its own way, in the order enqueued.
 SEED_FAILURES: tuple[tuple[str, dict[str, Any]], ...] = (
-    # the KV pool does not fit: a start-up crash, seconds after launch
-    ("oom_kv_pool", {**SEED_TUNED, "mem_fraction_static": 0.78}),
+    # the KV pool does not fit: a start-up crash, seconds after launch (just below the edge
+    # that the hand-tuned start's memory lines show, too close to it to be refused by them)
+    ("oom_kv_pool", {**SEED_TUNED, "mem_fraction_static": 0.79}),
     # FlashInfer all-reduce fusion does not support SM120: refused before launch
     ("infeasible", {**SEED_TUNED, "allreduce": "flashinfer_fusion"}),
     # CUDA graphs of a deep draft at a high static fraction: a capture crash

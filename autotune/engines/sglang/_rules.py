@@ -18,7 +18,7 @@ all of it from :class:`SGLangRules`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from autotune.engines._base import Engine
 from autotune.engines.sglang._adaptive import adaptive_refusal, adaptive_schedule
 from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES
 from autotune.engines.sglang._dialects import FlagSet
+from autotune.engines.sglang._memory import memory_refusal, read_memory
 from autotune.engines.sglang._section import owned_flag
 from autotune.engines.sglang._serving import READINESS, SGLANG_API
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from autotune._workload import WorkloadSpec
     from autotune.crashes import CrashRules
     from autotune.engines._base import Hardware, LoadSchedule
+    from autotune.engines._memory import MemoryReading
     from autotune.engines._serving import ServerApi
     from autotune.server import Readiness
 
@@ -235,6 +237,14 @@ class SGLangRules(Engine):
 
     def incompatibility(self, config: ServerConfig, hardware: Hardware) -> Infeasible | None:
         return incompatibility(config, hardware)
+
+    def read_memory(self, lines: Iterable[str], config: ServerConfig) -> MemoryReading | None:
+        """SGLang's memory lines (:mod:`._memory`)."""
+        return read_memory(lines, config)
+
+    def memory_refusal(self, reading: MemoryReading, config: ServerConfig) -> Infeasible | None:
+        """SGLang's KV-pool and CUDA-graph rule applied to ``reading`` (:mod:`._memory`)."""
+        return memory_refusal(reading, config)
 
     def flagset(self) -> FlagSet:
         """The flags of the SGLang release this adapter speaks."""
