@@ -1,4 +1,4 @@
-"""The SGLang adapter: a configuration in canonical knobs -> ``sglang.launch_server`` argv and env.
+"""The SGLang adapter: a configuration in canonical knobs -> ``sglang serve`` argv and env.
 
 Flags move between SGLang releases, so every knob is spelled through a :class:`FlagSet` of the
 release that will run: detected from the user's SGLang (``engine.python`` behind
@@ -51,6 +51,8 @@ _SINGLE_FLAG_MODES: Mapping[str, str] = MappingProxyType(
     }
 )
 _FUSION_OFF = "--enforce-disable-flashinfer-allreduce-fusion"
+#: The spellings of the decode CUDA-graph batch-size cap, the current one first.
+_GRAPH_BS_SPELLINGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
 _SIMPLE_VALUE_KNOBS: Mapping[str, str] = MappingProxyType(
     {
         "mem_fraction_static": "--mem-fraction-static",
@@ -106,9 +108,9 @@ def spell_knob(
             out.args += [flag, str(value)]
     elif knob == "cuda_graph_max_bs":
         if value is not None:
-            flag = "--cuda-graph-max-bs-decode"
-            if not flags.has(flag) and flags.has("--cuda-graph-max-bs"):
-                flag = "--cuda-graph-max-bs"
+            # 0.5.14 split it per phase; later releases brought the old name back as a
+            # deprecated alias (PR #38265): the spelling the release does not deprecate wins.
+            flag = flags.preferred(*_GRAPH_BS_SPELLINGS) or _GRAPH_BS_SPELLINGS[0]
             if need(flag):
                 out.args += [flag, str(value)]
     elif knob == "disable_cuda_graph":
@@ -228,7 +230,8 @@ def unsupported_in(
 
 
 class SGLangEngine(SGLangRules):
-    """Launches ``python -m sglang.launch_server`` in the flags of the release that will run.
+    """Launches ``sglang serve`` (or ``python -m sglang.launch_server``, see :func:`entrypoint`)
+    in the flags of the release that will run.
 
     ``flags`` fixes the release's flag set (tests, tools); otherwise it comes from
     ``spec.sglang_version`` (autotune's table) or is detected once per interpreter and prefix.
@@ -292,10 +295,9 @@ class SGLangEngine(SGLangRules):
     def build_launch(
         self, config: ServerConfig, *, port: int, workload: WorkloadSpec | None = None
     ) -> LaunchSpec:
-        args, knob_env = build_server_args(
-            self.flagset(), self.spec, config, port=port, workload=workload
-        )
-        argv = [*self.spec.launch_prefix, self.python, "-m", "sglang.launch_server", *args]
+        flags = self.flagset()
+        args, knob_env = build_server_args(flags, self.spec, config, port=port, workload=workload)
+        argv = [*self.spec.launch_prefix, *entrypoint(flags, self.python), *args]
         argv += self.spec.extra_args
         return make_launch(self.spec, argv, knob_env, port)
 
@@ -316,6 +318,16 @@ class SGLangEngine(SGLangRules):
         if algorithm is None or algorithm.upper() in DRAFT_MODEL_ALGORITHMS:
             draft = _checkpoint_gib(self.spec.draft_model_path)
         return target, draft
+
+
+def entrypoint(flags: FlagSet, python: str) -> list[str]:
+    """How ``python`` starts the server of ``flags``' release: ``sglang serve`` (the release's
+    ``sglang`` console script, run by that interpreter) where detection found it, else
+    ``-m sglang.launch_server``, which every release runs (0.5.5 and newer warn that
+    ``sglang serve`` is recommended)."""
+    if flags.serve_script:
+        return [python, flags.serve_script, "serve"]
+    return [python, "-m", "sglang.launch_server"]
 
 
 def make_launch(

@@ -2,9 +2,11 @@
 
 The interpreter the server will run under (behind the launch prefix, e.g. ``docker exec NAME``)
 imports ``sglang.srt.server_args``, builds SGLang's parser with ``ServerArgs.add_cli_args`` and
-prints, as one JSON line, the version and every option string with its destination, arity,
-choices, type and deprecation. Nothing is imported into this process: the SGLang being tuned may
-live in another environment, container or machine.
+prints, as one JSON line, the version, every option string with its destination, arity,
+choices, type and deprecation, and the installation's ``sglang`` console script where the
+release has ``sglang serve`` (0.5.5 and newer; the entrypoint SGLang recommends). Nothing is
+imported into this process: the SGLang being tuned may live in another environment, container or
+machine.
 """
 
 from __future__ import annotations
@@ -74,7 +76,34 @@ def report():
                 "flag": nargs == 0,
                 "deprecated": deprecated,
             }
-    return {"version": None if version is None else str(version), "options": options}
+    return {
+        "version": None if version is None else str(version),
+        "options": options,
+        "serve_script": serve_script(),
+    }
+
+def serve_script():
+    # The `sglang` console script of this installation, when the release has `sglang serve`:
+    # in the interpreter's scripts folder (a virtual environment's bin/), or in the bin/ beside
+    # the package (`pip install --target`).
+    import importlib.util, os, sysconfig
+    try:
+        if importlib.util.find_spec("sglang.cli.serve") is None:
+            return None
+    except BaseException:
+        return None
+    import sglang
+    root = os.path.dirname(os.path.dirname(os.path.abspath(sglang.__file__)))
+    for folder in (sysconfig.get_path("scripts"), os.path.join(root, "bin")):
+        path = os.path.join(folder or "", "sglang")
+        try:
+            with open(path) as f:
+                text = f.read(4096)
+        except (OSError, UnicodeDecodeError):
+            continue
+        if "sglang.cli.main" in text:
+            return path
+    return None
 
 sys.stdout.write("\n" + MARKER + json.dumps(report()) + "\n")
 sys.stdout.flush()
@@ -169,8 +198,12 @@ def flagset_from_report(report: Mapping[str, Any], *, source: str) -> FlagSet:
             deprecated=bool(raw.get("deprecated")),
         )
     version = report.get("version")
+    script = report.get("serve_script")
     return FlagSet(
-        version=None if version is None else str(version), options=options, source=source
+        version=None if version is None else str(version),
+        options=options,
+        source=source,
+        serve_script=script if isinstance(script, str) and script else None,
     )
 
 

@@ -6,6 +6,7 @@ and the releases' parsers), written out here rather than derived from the adapte
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from autotune._errors import ConfigError, EngineError
 from autotune._knobs import ALLREDUCE_MODES, ServerConfig
 from autotune._workload import WorkloadSpec
 from autotune.engines import EngineSpec, SGLangEngine, create_engine
+from autotune.engines.sglang import FlagSet, OptionInfo, known_flagset
 
 EAGLE = ServerConfig(
     speculative_algorithm="EAGLE3",
@@ -298,3 +300,32 @@ def test_create_engine_picks_the_adapter_by_kind() -> None:
 
 def test_describe_names_the_release_and_where_its_flags_come_from() -> None:
     assert engine("0.5.10").describe() == "SGLang 0.5.10 (known table, 0.5.3 dialect)"
+
+
+def test_a_release_with_sglang_serve_is_launched_through_its_console_script() -> None:
+    flags = known_flagset("0.5.23")
+    served = dataclasses.replace(flags, serve_script="/opt/venv/bin/sglang")
+    spec = EngineSpec(kind="sglang", model_path="/m", python="/opt/venv/bin/python")
+    argv = SGLangEngine(spec, flags=served).build_launch(EAGLE, port=1).argv
+    assert argv[:5] == (
+        "/opt/venv/bin/python",
+        "/opt/venv/bin/sglang",
+        "serve",
+        "--model-path",
+        "/m",
+    )
+    argv = SGLangEngine(spec, flags=flags).build_launch(EAGLE, port=1).argv
+    assert argv[:4] == ("/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path")
+
+
+def test_a_deprecated_alias_of_the_graph_cap_is_not_emitted() -> None:
+    table = dict(known_flagset("0.5.23").options)
+    table["--cuda-graph-max-bs"] = OptionInfo("cuda_graph_max_bs_decode", deprecated=True)
+    flags = FlagSet(version="0.6.0", options=table)
+    argv = (
+        SGLangEngine(EngineSpec(kind="sglang"), flags=flags)
+        .build_launch(EAGLE.replace(cuda_graph_max_bs=64), port=1)
+        .argv
+    )
+    assert value_of(argv, "--cuda-graph-max-bs-decode") == "64"
+    assert "--cuda-graph-max-bs" not in argv

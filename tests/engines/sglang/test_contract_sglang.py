@@ -2,8 +2,10 @@
 
 Every command line the SGLang adapter builds for hundreds of proposals of
 search_spaces/eagle3.yaml is parsed by that release's own ``ServerArgs.add_cli_args`` parser, and
-the parsed fields must equal the recorded configuration. The known flag table is checked against
-each parser flag by flag, and the negative facts (flags a release refuses) are checked too.
+the parsed fields must equal the recorded configuration. A release with ``sglang serve`` is
+launched through its own console script, which runs the command the tuner builds. The known
+flag table is checked against each parser flag by flag, and the negative facts (flags a release
+refuses) are checked too.
 
 The parsers are installed by ``.ci/install-sglang-parsers.sh DEST`` (no GPU dependencies); the
 tests find them in ``AUTOTUNE_SGLANG_PARSERS`` (default ``<repo>/.ci-venvs``) and skip when they are
@@ -225,9 +227,55 @@ def _engine(release: Release) -> SGLangEngine:
 
 
 def _server_argv(argv: Sequence[str]) -> list[str]:
-    i = list(argv).index("sglang.launch_server")
-    assert argv[i - 1] == "-m"
-    return list(argv[i + 1 :])
+    """What follows ``sglang serve`` or ``-m sglang.launch_server`` in ``argv``."""
+    words = list(argv)
+    if "serve" in words and words[words.index("serve") - 1].endswith("/sglang"):
+        return words[words.index("serve") + 1 :]
+    i = words.index("sglang.launch_server")
+    assert words[i - 1] == "-m"
+    return words[i + 1 :]
+
+
+#: Releases whose package has ``sglang serve`` (read from the packages: ``sglang/cli/serve.py``).
+SERVE_RELEASES = ("0.5.23",)
+
+
+def test_the_launch_uses_the_entrypoint_the_release_recommends(
+    release: Release, engine: SGLangEngine, detected: FlagSet
+) -> None:
+    launch = engine.build_launch(ServerConfig(), port=31234)
+    prefix = ["env", f"PYTHONPATH={release.pythonpath}", sys.executable]
+    if release.version in SERVE_RELEASES:
+        script = _parsers_root() / f"sglang-{release.version}" / "bin" / "sglang"
+        assert detected.serve_script == str(script)
+        assert list(launch.argv[:5]) == [*prefix, str(script), "serve"]
+    else:
+        assert detected.serve_script is None
+        assert list(launch.argv[:5]) == [*prefix, "-m", "sglang.launch_server"]
+    # autotune's table knows no installation's script: the module runs in every release.
+    by_table = _engine(release).build_launch(ServerConfig(), port=31234)
+    assert list(by_table.argv[1:3]) == ["-m", "sglang.launch_server"]
+
+
+def test_sglang_serve_starts_with_the_argv_the_tuner_builds(
+    release: Release, engine: SGLangEngine, proposals: list[ServerConfig]
+) -> None:
+    if release.version not in SERVE_RELEASES:
+        pytest.skip(f"SGLang {release.version} has no sglang serve")
+    launch = engine.build_launch(proposals[0], port=31234)
+    # The whole command, through the prefix and interpreter, asked for its help: SGLang's
+    # console script dispatches it to the language-model server and prints that parser's usage.
+    done = subprocess.run(
+        [*launch.argv, "--model-type", "llm", "--help"],
+        env={**os.environ, **launch.env},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage: sglang serve [-h] --model-path MODEL_PATH" in done.stdout
+    assert "--speculative-eagle-topk" in done.stdout
 
 
 def test_detection_reads_the_release_and_its_options(
