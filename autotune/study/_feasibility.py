@@ -9,7 +9,10 @@ Four sources, cheapest first, the first three the engine's (:class:`autotune.eng
   under CUDA-graph capture); and a memory estimate from the weights' size and the GPUs' memory
   (:meth:`Engine.memory_need_gib`: a static fraction that cannot even hold the weights);
 * what the study has learned from its own crashes, attributed to the knobs that cause them:
-  a KV-pool failure at fraction ``f`` means every fraction ``<= f`` fails too; a CUDA-graph
+  a KV-pool failure at fraction ``f`` means every fraction ``<= f`` fails too, with the same
+  algorithm and with every algorithm that needs at least as much of the static pool (any
+  algorithm where the engine sizes the pool before loading a draft,
+  :meth:`Engine.draft_in_static`; else one whose draft weighs at least as much); a CUDA-graph
   capture out of memory at ``(f, max_bs, draft tokens, top-k)`` means every configuration at
   least as large in all of them fails too; an all-reduce mode that fails on the architecture or
   under graph capture fails whatever the other knobs are; any other crash rules out that exact
@@ -193,8 +196,11 @@ class Feasibility:
         if lesson.kind is LessonKind.KV_BELOW:
             algorithm, fraction = lesson.values
             f = config.mem_fraction_static
-            if f is not None and config.speculative_algorithm == algorithm and f <= fraction:
-                return f"trial {n}: the KV pool did not fit at mem_fraction_static={fraction}"
+            if f is None or f > fraction:
+                return None
+            why = self._kv_condemns(algorithm, config.speculative_algorithm)
+            if why is not None:
+                return f"trial {n}: the KV pool did not fit at mem_fraction_static={fraction}{why}"
         elif lesson.kind is LessonKind.GRAPH_ABOVE:
             f = config.mem_fraction_static
             if f is not None and all(
@@ -218,6 +224,28 @@ class Feasibility:
         ):
             return f"trial {n} crashed ({lesson.category}) with exactly this configuration"
         return None
+
+    def _kv_condemns(self, failed: str, other: str) -> str | None:
+        """Whether a KV pool that did not fit with algorithm ``failed`` at a fraction fails there
+        with ``other`` too: the explanation to add to the refusal ("" for the same algorithm),
+        or None when it need not."""
+        if failed == other:
+            return ""
+        if not self.engine.draft_in_static():
+            return (
+                f" with speculative_algorithm {failed}, and {self.engine.describe()} sizes the "
+                "KV pool before any draft is loaded: it fails the same with any algorithm"
+            )
+        if other == "none":
+            return None
+        if failed != "none":
+            smaller, larger = self.weights(failed)[1], self.weights(other)[1]
+            if smaller is None or larger is None or larger < smaller:
+                return None
+        return (
+            f" with speculative_algorithm {failed}, and {other}'s draft weights come out of "
+            "the same static pool"
+        )
 
 
 def _graph_point(config: ServerConfig) -> tuple[float, float, float, float]:

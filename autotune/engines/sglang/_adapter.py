@@ -311,6 +311,11 @@ class SGLangEngine(SGLangRules):
         """The GPUs of this machine, read with NVML (None fields without a GPU or driver)."""
         return nvml_hardware()
 
+    def draft_in_static(self) -> bool:
+        """From 0.5.14 the draft's weights are part of ``--mem-fraction-static`` (SGLang PRs
+        #28683, #28855); before, the KV pool was sized before the draft was loaded."""
+        return self.flagset().counts_draft_in_static
+
     def weights_gib(self, algorithm: str | None = None) -> tuple[float | None, float | None]:
         """Checkpoint sizes on disk (``*.safetensors``, else ``*.bin``) of local model folders."""
         target = _checkpoint_gib(self.spec.model_path)

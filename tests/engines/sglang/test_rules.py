@@ -270,9 +270,12 @@ def test_the_reference_command_is_the_simulators_sglang_command() -> None:
 
 
 def test_the_memory_need_shares_the_weights_over_the_ranks() -> None:
-    engine = SGLangEngine(EngineSpec(kind="sglang"))
+    engine = SGLangEngine(EngineSpec(kind="sglang", sglang_version="0.5.23"))
     config = _spec(3, 1, 4, tp_size=4)
     assert engine.memory_need_gib(config, weights=(400.0, 8.0)) == pytest.approx(102.0)
+    # before 0.5.14 the draft's weights are loaded outside the static pool
+    old = SGLangEngine(EngineSpec(kind="sglang", sglang_version="0.5.13"))
+    assert old.memory_need_gib(config, weights=(400.0, 8.0)) == pytest.approx(100.0)
     assert engine.memory_need_gib(ServerConfig(tp_size=4), weights=(400.0, 8.0)) == 100.0
     assert engine.memory_need_gib(config, weights=(None, 8.0)) is None
     assert engine.memory_need_gib(config) is None  # a hub id: sizes unknown
