@@ -29,6 +29,8 @@ from autotune.engines.sglang._dialects import FlagSet, known_flagset
 from autotune.engines.sglang._hardware import nvml_hardware
 from autotune.engines.sglang._rules import (
     DRAFT_MODEL_ALGORITHMS,
+    NGRAM_BREADTH_FLAG,
+    OPTIONAL_DRAFT_ALGORITHMS,
     SGLangRules,
     max_running_requests_for,
 )
@@ -100,10 +102,13 @@ def spell_knob(
         if config.speculative and need("--speculative-algorithm", value):
             out.args += ["--speculative-algorithm", value]
             draft = spec.draft_model_path
-            if draft and value in DRAFT_MODEL_ALGORITHMS and need("--speculative-draft-model-path"):
+            takes_draft = value in (*DRAFT_MODEL_ALGORITHMS, *OPTIONAL_DRAFT_ALGORITHMS)
+            if draft and takes_draft and need("--speculative-draft-model-path"):
                 out.args += ["--speculative-draft-model-path", draft]
     elif knob in SPECULATIVE_NUMBERS:
         flag = "--" + knob.replace("_", "-")
+        if knob == "speculative_eagle_topk" and config.speculative_algorithm == "NGRAM":
+            flag = NGRAM_BREADTH_FLAG
         if config.speculative and value is not None and need(flag):
             out.args += [flag, str(value)]
     elif knob == "cuda_graph_max_bs":
@@ -320,7 +325,13 @@ class SGLangEngine(SGLangRules):
         """Checkpoint sizes on disk (``*.safetensors``, else ``*.bin``) of local model folders."""
         target = _checkpoint_gib(self.spec.model_path)
         draft = None
-        if algorithm is None or algorithm.upper() in DRAFT_MODEL_ALGORITHMS:
+        name = None if algorithm is None else algorithm.upper()
+        own = self.spec.draft_model_path != self.spec.model_path  # NEXTN may name the target
+        if (
+            name is None
+            or name in DRAFT_MODEL_ALGORITHMS
+            or (name in OPTIONAL_DRAFT_ALGORITHMS and own)
+        ):
             draft = _checkpoint_gib(self.spec.draft_model_path)
         return target, draft
 

@@ -144,6 +144,7 @@ _COMMON: Mapping[str, OptionInfo] = MappingProxyType(
         "--speculative-num-steps": _opt("speculative_num_steps"),
         "--speculative-eagle-topk": _opt("speculative_eagle_topk"),
         "--speculative-num-draft-tokens": _opt("speculative_num_draft_tokens"),
+        "--speculative-ngram-max-bfs-breadth": _opt("speculative_ngram_max_bfs_breadth"),
         "--mem-fraction-static": _opt("mem_fraction_static"),
         "--max-running-requests": _opt("max_running_requests"),
         "--chunked-prefill-size": _opt("chunked_prefill_size"),

@@ -41,6 +41,13 @@ if TYPE_CHECKING:
 SPEC_MAX_RUNNING_REQUESTS = 48
 #: Algorithms that load a separate draft model (``--speculative-draft-model-path``).
 DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+#: Algorithms that take a draft model when one is named and need none: NEXTN, SGLang's alias of
+#: EAGLE for multi-token-prediction targets, drafts with the target's own MTP layers without one.
+OPTIONAL_DRAFT_ALGORITHMS = ("NEXTN",)
+#: NGRAM's top-k: SGLang sets ``speculative_eagle_topk`` to this breadth (10 unless given),
+#: whatever ``--speculative-eagle-topk`` says; the knob is spelled with it under NGRAM.
+NGRAM_BREADTH_FLAG = "--speculative-ngram-max-bfs-breadth"
+NGRAM_DEFAULT_TOPK = 10
 
 #: Attention backends without speculative decoding (docs/advanced_features/attention_backend.md).
 NO_SPEC_BACKENDS = ("fa4", "trtllm_mla", "torch_native", "flex_attention")
@@ -101,9 +108,26 @@ def check_rules(config: ServerConfig) -> Infeasible | None:
     steps = config.speculative_num_steps
     topk = config.speculative_eagle_topk
     draft = config.speculative_num_draft_tokens
+    if config.speculative_algorithm == "NGRAM":
+        # no draft tree: the n-gram table proposes draft tokens up to a BFS breadth (the top-k)
+        return _check_ngram_backend(config, NGRAM_DEFAULT_TOPK if topk is None else topk)
     if steps is None or topk is None or draft is None:
         return None  # SGLang chooses all three itself
     return _check_tree(steps, topk, draft) or _check_backend(config, topk)
+
+
+def _check_ngram_backend(config: ServerConfig, topk: int) -> Infeasible | None:
+    page = config.page_size
+    backend = config.attention_backend
+    # With the backend unset SGLang picks one for the GPU; only a named backend is judged here.
+    if topk > 1 and page is not None and page > 1 and backend not in (None, "flashinfer"):
+        return Infeasible(
+            "NGRAM with top-k > 1 and a page size > 1 needs flashinfer attention: "
+            f"speculative_eagle_topk={topk}, page_size={page}, attention_backend={backend}",
+            "bad_args",
+            "attention_backend",
+        )
+    return None
 
 
 def _check_tree(steps: int, topk: int, draft: int) -> Infeasible | None:

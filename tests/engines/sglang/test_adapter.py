@@ -180,6 +180,29 @@ def test_algorithms_without_a_draft_model_get_no_draft_path() -> None:
     assert "--speculative-draft-model-path" not in argv
 
 
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.3"])
+def test_ngram_top_k_is_spelled_as_its_bfs_breadth(version: str) -> None:
+    # SGLang sets NGRAM's top-k to --speculative-ngram-max-bfs-breadth, ignoring the other flag
+    ngram = EAGLE.replace(speculative_algorithm="NGRAM", speculative_eagle_topk=3)
+    argv = engine(version).build_launch(ngram, port=1).argv
+    assert value_of(argv, "--speculative-ngram-max-bfs-breadth") == "3"
+    assert "--speculative-eagle-topk" not in argv
+    assert value_of(argv, "--speculative-num-draft-tokens") == "8"
+    argv = engine(version).build_launch(EAGLE, port=1).argv
+    assert value_of(argv, "--speculative-eagle-topk") == "4"
+    assert "--speculative-ngram-max-bfs-breadth" not in argv
+
+
+def test_nextn_takes_a_draft_model_when_one_is_named_and_needs_none() -> None:
+    nextn = EAGLE.replace(speculative_algorithm="NEXTN")
+    argv = engine().build_launch(nextn, port=1).argv
+    assert value_of(argv, "--speculative-draft-model-path") == "/models/eagle3"
+    argv = engine(draft_model_path=None).build_launch(nextn, port=1).argv
+    assert "--speculative-draft-model-path" not in argv  # the target's own MTP layers draft
+    assert not engine(draft_model_path=None).lacks_draft_model("NEXTN")
+    assert engine(draft_model_path=None).lacks_draft_model("STANDALONE")
+
+
 @pytest.mark.parametrize(
     ("config", "concurrency", "expected"),
     [
@@ -282,6 +305,11 @@ def test_weight_sizes_are_summed_from_local_checkpoints(tmp_path: Path) -> None:
     adapter = engine(model_path=str(target), draft_model_path=str(draft))
     assert adapter.weights_gib() == (4 / 1024, 0.5 / 1024)
     assert adapter.weights_gib("NGRAM") == (4 / 1024, None)
+    assert adapter.weights_gib("NEXTN") == (4 / 1024, 0.5 / 1024)
+    # NEXTN pointed at the target itself drafts with its MTP layers: no second copy
+    same = engine(model_path=str(target), draft_model_path=str(target))
+    assert same.weights_gib("NEXTN") == (4 / 1024, None)
+    assert same.weights_gib("EAGLE3") == (4 / 1024, 4 / 1024)
     assert engine(model_path="org/hub-id").weights_gib() == (None, None)
 
 

@@ -168,6 +168,14 @@ def _proposals() -> list[ServerConfig]:
             speculative_num_draft_tokens=None, mem_fraction_static=None
         ),
     ]
+    # every algorithm SGLang has, with and without the numbers
+    for algorithm in ("EAGLE", "NEXTN", "STANDALONE", "NGRAM"):
+        configs += [
+            base.replace(speculative_algorithm=algorithm),
+            base.replace(speculative_algorithm=algorithm, speculative_num_steps=None).replace(
+                speculative_eagle_topk=None, speculative_num_draft_tokens=None
+            ),
+        ]
     return configs
 
 
@@ -178,15 +186,20 @@ def _expected(config: ServerConfig, version: str, concurrency: int) -> dict[str,
     running = config.max_running_requests
     if running is None and spec and concurrency > 48:
         running = concurrency
+    # NGRAM loads no draft model, and SGLang sets its top-k to the n-gram BFS breadth (10 unless
+    # given), whatever --speculative-eagle-topk says
+    ngram = config.speculative_algorithm == "NGRAM"
+    topk = config.speculative_eagle_topk if spec else None
     out: dict[str, Any] = {
         "model_path": "/models/kimi",
         "host": "127.0.0.1",
         "port": 31234,
         TP_FIELD[version]: config.tp_size,
         "speculative_algorithm": config.speculative_algorithm if spec else None,
-        "speculative_draft_model_path": "/models/eagle3" if spec else None,
+        "speculative_draft_model_path": "/models/eagle3" if spec and not ngram else None,
         "speculative_num_steps": config.speculative_num_steps if spec else None,
-        "speculative_eagle_topk": config.speculative_eagle_topk if spec else None,
+        "speculative_eagle_topk": None if ngram else topk,
+        "speculative_ngram_max_bfs_breadth": topk if ngram and topk is not None else 10,
         "speculative_num_draft_tokens": config.speculative_num_draft_tokens if spec else None,
         GRAPH_BS_FIELD[version]: config.cuda_graph_max_bs,
         "mem_fraction_static": config.mem_fraction_static,

@@ -279,3 +279,22 @@ def test_the_memory_need_shares_the_weights_over_the_ranks() -> None:
     assert engine.memory_need_gib(ServerConfig(tp_size=4), weights=(400.0, 8.0)) == 100.0
     assert engine.memory_need_gib(config, weights=(None, 8.0)) is None
     assert engine.memory_need_gib(config) is None  # a hub id: sizes unknown
+
+
+def test_ngram_has_no_draft_tree_but_its_breadth_meets_the_page_rule() -> None:
+    ngram = ServerConfig(
+        speculative_algorithm="NGRAM",
+        speculative_num_steps=3,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=12,  # no tree: steps + 1 does not bind the n-gram drafts
+    )
+    assert check_rules(ngram) is None
+    paged = ngram.replace(speculative_eagle_topk=4, page_size=16, attention_backend="fa3")
+    refused = check_rules(paged)
+    assert refused is not None and refused.category == "bad_args"
+    assert "needs flashinfer" in refused.reason and "attention_backend=fa3" in refused.reason
+    assert check_rules(paged.replace(attention_backend="flashinfer")) is None
+    # unset, NGRAM's top-k is SGLang's breadth of 10
+    unset = ServerConfig(speculative_algorithm="NGRAM", page_size=16, attention_backend="triton")
+    refused = check_rules(unset)
+    assert refused is not None and "speculative_eagle_topk=10" in refused.reason
