@@ -248,6 +248,28 @@ class Feasibility:
         )
 
 
+#: Random proposals a space is judged by at study start (:func:`fixed_refusal`).
+FIXED_PROBE_PROPOSALS = 200
+
+
+def fixed_refusal(space: SearchSpace, engine: Engine) -> str | None:
+    """Why the engine's rules refuse every proposal of ``space`` for one of its fixed knobs
+    (NGRAM fixed with adaptive speculation on), whatever the sampler tunes; None otherwise.
+
+    A rule that refuses only some proposals, or blames a tuned knob, is left to the study: the
+    sampler learns around it.
+    """
+    blamed: Infeasible | None = None
+    for params in space.sample(FIXED_PROBE_PROPOSALS, seed=0):
+        refusal = engine.check_rules(space.config_for(params))
+        if refusal is None or refusal.knob not in space.fixed:
+            return None
+        blamed = blamed or refusal
+    if blamed is None:
+        return None
+    return f"fixed.{blamed.knob}: {blamed.reason}"
+
+
 def _graph_point(config: ServerConfig) -> tuple[float, float, float, float]:
     """Knobs that grow the CUDA-graph pool or shrink the memory outside the static pool."""
     steps = config.speculative_num_steps or 0

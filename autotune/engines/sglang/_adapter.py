@@ -24,8 +24,9 @@ from autotune._launch import LaunchSpec
 from autotune._redact import api_key_of, is_secret_env
 from autotune.engines._base import Hardware
 from autotune.engines._spec import EngineSpec
+from autotune.engines.sglang._adaptive import ADAPTIVE_FLAG
 from autotune.engines.sglang._detect import detect_flagset
-from autotune.engines.sglang._dialects import FlagSet, known_flagset
+from autotune.engines.sglang._dialects import SPEC_V2_ENV, FlagSet, known_flagset
 from autotune.engines.sglang._hardware import nvml_hardware
 from autotune.engines.sglang._rules import (
     DRAFT_MODEL_ALGORITHMS,
@@ -135,6 +136,19 @@ def spell_knob(
             out.args += ["--attention-backend", value]
     elif knob == "allreduce":
         _spell_allreduce(flags, value, out, need)
+    elif knob == "speculative_adaptive":
+        if value and config.speculative and need(ADAPTIVE_FLAG):
+            out.args.append(ADAPTIVE_FLAG)
+    elif knob == "spec_v2":
+        if value is not None and config.speculative:
+            if SPEC_V2_ENV in flags.env_vars:
+                out.env[SPEC_V2_ENV] = "True" if value else "False"
+            else:
+                out.missing = (
+                    f"{flags.release} ({flags.source}) reads no {SPEC_V2_ENV}, needed for "
+                    "spec_v2 (releases 0.5.5 to 0.5.13 choose the speculative worker with it; "
+                    "later ones always run the v2 worker)"
+                )
     elif knob in _SIMPLE_VALUE_KNOBS:
         flag = _SIMPLE_VALUE_KNOBS[knob]
         if value is not None and need(flag):
@@ -221,7 +235,7 @@ def unsupported_in(
     out: dict[Any, str] = {}
     for value in values:
         params: dict[str, Any] = {knob: value}
-        if knob in SPECULATIVE_NUMBERS:
+        if knob in (*SPECULATIVE_NUMBERS, "speculative_adaptive", "spec_v2"):
             params["speculative_algorithm"] = "EAGLE3"
         try:
             config = ServerConfig.from_params(params)

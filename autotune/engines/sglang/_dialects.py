@@ -20,10 +20,12 @@ tests check it against the installed 0.5.23 and 0.5.3 parsers flag by flag. The 
   ``--enable-flashinfer-allreduce-fusion``; ``--tp-size`` stores into ``tensor_parallel_size``.
 * ``older``, releases before 0.5.3: as 0.5.3, without the symmetric-memory all-reduce flags.
 
-Two facts go by release number rather than by dialect: ``sglang serve`` exists from 0.5.5 (a
+Three facts go by release number rather than by dialect: ``sglang serve`` exists from 0.5.5 (a
 detected release names its console script; the table launches ``-m sglang.launch_server``, which
-every release runs), and the draft model's weights count toward ``--mem-fraction-static`` from
-0.5.14 (:attr:`FlagSet.counts_draft_in_static`).
+every release runs); ``SGLANG_ENABLE_SPEC_V2`` chooses the speculative worker in 0.5.5 to 0.5.13
+(read from the releases' ``environ.py``; later releases always run the v2 worker); and the draft
+model's weights count toward ``--mem-fraction-static`` from 0.5.14
+(:attr:`FlagSet.counts_draft_in_static`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ _DIALECT_SINCE: tuple[tuple[tuple[int, int, int], str], ...] = (
 )
 #: The first release whose ``--mem-fraction-static`` holds the draft model's weights.
 DRAFT_IN_STATIC_SINCE = (0, 5, 14)
+#: The switch between SGLang's two speculative workers, and the releases that declare it
+#: (``sglang/srt/environ.py``): from 0.5.14 speculative decoding always runs the v2 worker.
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+_ENV_RELEASES: Mapping[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = MappingProxyType(
+    {SPEC_V2_ENV: ((0, 5, 5), (0, 5, 14))}
+)
 _VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -78,6 +86,9 @@ class FlagSet:
     #: has that entrypoint and the script was found beside the interpreter or the package; the
     #: known table never names one (``python -m sglang.launch_server`` runs in every release).
     serve_script: str | None = None
+    #: The environment variables autotune sets that the release declares
+    #: (``SGLANG_ENABLE_SPEC_V2``).
+    env_vars: frozenset[str] = frozenset()
 
     def has(self, flag: str) -> bool:
         """Whether ``flag`` (an option string such as ``--tp-size``) exists in this release."""
@@ -269,7 +280,14 @@ def known_flagset(version: str) -> FlagSet:
     """The known table's flags for SGLang ``version`` (any release number)."""
     dialect = version if version in _TABLES else dialect_for(version)
     source = f"known table, {dialect} dialect"
-    return FlagSet(version=version, options=known_options(dialect), source=source)
+    number = parse_version(version)
+    env = frozenset(n for n, (first, gone) in _ENV_RELEASES.items() if first <= number < gone)
+    return FlagSet(version=version, options=known_options(dialect), source=source, env_vars=env)
+
+
+def env_names() -> tuple[str, ...]:
+    """The environment variables whose declaration detection reads from a release."""
+    return tuple(_ENV_RELEASES)
 
 
 def emitted_flags() -> Iterable[str]:

@@ -357,3 +357,44 @@ def test_a_deprecated_alias_of_the_graph_cap_is_not_emitted() -> None:
     )
     assert value_of(argv, "--cuda-graph-max-bs-decode") == "64"
     assert "--cuda-graph-max-bs" not in argv
+
+
+CHAIN = ServerConfig(
+    speculative_algorithm="EAGLE3",
+    speculative_num_steps=3,
+    speculative_eagle_topk=1,
+    speculative_num_draft_tokens=4,
+)
+
+
+def test_adaptive_speculation_is_a_switch_of_releases_that_have_it() -> None:
+    argv = engine("0.5.23").build_launch(CHAIN.replace(speculative_adaptive=True), port=1).argv
+    assert argv.count("--speculative-adaptive") == 1
+    assert "--speculative-adaptive" not in engine("0.5.23").build_launch(CHAIN, port=1).argv
+    off = CHAIN.replace(speculative_adaptive=False)
+    assert "--speculative-adaptive" not in engine("0.5.23").build_launch(off, port=1).argv
+    refused = engine("0.5.3").precheck(CHAIN.replace(speculative_adaptive=True))
+    assert refused is not None and refused.knob == "speculative_adaptive"
+    assert "has no flag --speculative-adaptive" in refused.reason
+    assert engine("0.5.3").unsupported_values("speculative_adaptive", [True, False]).keys() == {
+        True
+    }
+
+
+@pytest.mark.parametrize("version", ["0.5.5", "0.5.11", "0.5.13"])
+def test_spec_v2_is_the_environment_switch_of_releases_that_read_it(version: str) -> None:
+    launch = engine(version).build_launch(CHAIN.replace(spec_v2=True), port=1)
+    assert launch.env["SGLANG_ENABLE_SPEC_V2"] == "True"
+    launch = engine(version).build_launch(CHAIN.replace(spec_v2=False), port=1)
+    assert launch.env["SGLANG_ENABLE_SPEC_V2"] == "False"
+    assert "SGLANG_ENABLE_SPEC_V2" not in engine(version).build_launch(CHAIN, port=1).env
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.14", "0.5.4", "0.5.3"])
+def test_spec_v2_is_refused_where_the_release_has_no_choice(version: str) -> None:
+    refused = engine(version).precheck(CHAIN.replace(spec_v2=True))
+    assert refused is not None and refused.knob == "spec_v2"
+    assert (
+        f"SGLang {version}" in refused.reason and "reads no SGLANG_ENABLE_SPEC_V2" in refused.reason
+    )
+    assert engine(version).unsupported_values("spec_v2", [True, False]).keys() == {True, False}

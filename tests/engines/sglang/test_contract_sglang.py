@@ -135,6 +135,7 @@ def parsed(
     release: Release, engine: SGLangEngine, proposals: list[ServerConfig]
 ) -> dict[int, list[tuple[ServerConfig, LaunchSpec, dict[str, Any]]]]:
     """Every proposal launched for each concurrency, parsed by the release's parser (one run)."""
+    proposals = [c for c in proposals if engine.precheck(c) is None]  # 0.5.3: no adaptive
     launches = {
         concurrency: [
             engine.build_launch(c, port=31234, workload=WorkloadSpec(concurrency=concurrency))
@@ -168,6 +169,9 @@ def _proposals() -> list[ServerConfig]:
             speculative_num_draft_tokens=None, mem_fraction_static=None
         ),
     ]
+    chain = base.replace(speculative_num_steps=3, speculative_eagle_topk=1)
+    chain = chain.replace(speculative_num_draft_tokens=4)
+    configs += [chain, chain.replace(speculative_adaptive=True)]
     # every algorithm SGLang has, with and without the numbers
     for algorithm in ("EAGLE", "NEXTN", "STANDALONE", "NGRAM"):
         configs += [
@@ -214,6 +218,7 @@ def _expected(config: ServerConfig, version: str, concurrency: int) -> dict[str,
         "enable_mscclpp": mode == "mscclpp",
     }
     if version == "0.5.23":
+        out["speculative_adaptive"] = bool(config.speculative_adaptive)
         graphs = "disabled" if config.disable_cuda_graph else None
         out["cuda_graph_backend_decode"] = graphs
         out["cuda_graph_backend_prefill"] = graphs
@@ -374,6 +379,18 @@ def test_each_release_refuses_the_other_releases_spelling(release: Release) -> N
     for (_, message), result in zip(cases, release.parse(argvs), strict=True):
         assert result["code"] == 2
         assert message in result["stderr"]
+
+
+def test_the_releases_switches_are_read_from_the_release(
+    release: Release, engine: SGLangEngine, detected: FlagSet
+) -> None:
+    # neither 0.5.23 nor 0.5.3 declares SGLANG_ENABLE_SPEC_V2 (0.5.5 to 0.5.13 do)
+    assert detected.env_vars == _engine(release).flagset().env_vars == frozenset()
+    refused = engine.unsupported_values("spec_v2", [True])
+    assert "reads no SGLANG_ENABLE_SPEC_V2" in refused[True]
+    adaptive = engine.unsupported_values("speculative_adaptive", [True])
+    assert bool(adaptive) is (release.version == "0.5.3")
+    assert detected.counts_draft_in_static is (release.version == "0.5.23")
 
 
 def test_attention_backends_the_release_lacks_are_refused_before_start(

@@ -298,3 +298,61 @@ def test_ngram_has_no_draft_tree_but_its_breadth_meets_the_page_rule() -> None:
     unset = ServerConfig(speculative_algorithm="NGRAM", page_size=16, attention_backend="triton")
     refused = check_rules(unset)
     assert refused is not None and "speculative_eagle_topk=10" in refused.reason
+
+
+ADAPTIVE = ServerConfig(
+    speculative_algorithm="EAGLE3",
+    speculative_num_steps=3,
+    speculative_eagle_topk=1,
+    speculative_num_draft_tokens=4,
+    speculative_adaptive=True,
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "category", "knob", "words"),
+    [
+        (ADAPTIVE.replace(speculative_algorithm="NGRAM"), "infeasible", "speculative_adaptive",
+         "falls back to static speculation with NGRAM"),
+        (ADAPTIVE.replace(speculative_algorithm="STANDALONE"), "infeasible",
+         "speculative_adaptive", "EAGLE and EAGLE3 only"),
+        (ADAPTIVE.replace(speculative_eagle_topk=2, speculative_num_draft_tokens=4), "infeasible",
+         "speculative_eagle_topk", "top-k 1 only"),
+        (ADAPTIVE.replace(speculative_num_steps=4, speculative_num_draft_tokens=5), "bad_args",
+         "speculative_num_steps", "candidate steps [0, 1, 3, 5, 7]"),
+        (ServerConfig(speculative_adaptive=True), "infeasible", "speculative_adaptive",
+         "without a speculative algorithm"),
+        (ADAPTIVE.replace(speculative_adaptive=None, spec_v2=True, speculative_eagle_topk=4,
+                          speculative_num_draft_tokens=8), "bad_args", "speculative_eagle_topk",
+         "spec v2 runs top-k 1 only"),
+        (ServerConfig(speculative_algorithm="NGRAM", spec_v2=True), "infeasible", "spec_v2",
+         "ignores spec_v2=True with NGRAM"),
+        (ServerConfig(spec_v2=True), "infeasible", "spec_v2", "without a speculative algorithm"),
+    ],
+)  # fmt: skip
+def test_adaptive_speculation_and_spec_v2_run_eagle_chains_only(
+    config: ServerConfig, category: str, knob: str, words: str
+) -> None:
+    refused = check_rules(config)
+    assert refused is not None
+    assert (refused.category, refused.knob) == (category, knob)
+    assert words in refused.reason
+
+
+def test_adaptive_chains_and_spec_v2_chains_run_as_given() -> None:
+    assert check_rules(ADAPTIVE) is None
+    assert check_rules(ADAPTIVE.replace(speculative_algorithm="EAGLE")) is None
+
+    assert (
+        check_rules(ServerConfig(speculative_algorithm="EAGLE3", speculative_adaptive=True)) is None
+    )
+    assert check_rules(ADAPTIVE.replace(speculative_adaptive=False, spec_v2=True)) is None
+    assert check_rules(ServerConfig(speculative_algorithm="NGRAM", spec_v2=False)) is None
+    # a launch naming its own --speculative-adaptive-config: its candidate steps are its own
+    four = ADAPTIVE.replace(speculative_num_steps=4, speculative_num_draft_tokens=5)
+    assert check_rules(four, own_adaptive_config=True) is None
+    own = SGLangEngine(
+        EngineSpec(kind="sglang", extra_args=("--speculative-adaptive-config=a.json",))
+    )
+    assert own.check_rules(four) is None
+    assert SGLangEngine(EngineSpec(kind="sglang")).check_rules(four) is not None
