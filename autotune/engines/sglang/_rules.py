@@ -6,7 +6,8 @@ refused too, so that a trial never runs a configuration other than the one recor
 ``<rule>: <detail>``; the part before the first colon is the same for every configuration a rule
 refuses. The draft tree's bounds (:func:`draft_token_bounds`) are the one statement of how steps,
 top-k and draft tokens go together; the rules, the sampler's repair and its model of the draft
-count all read them.
+count all read them. NGRAM has no draft tree (its top-k is its n-gram BFS breadth); adaptive
+speculation and the v2 worker run EAGLE-family chains of top-k 1 only.
 
 Incompatibilities (:func:`incompatibility`): what SGLang accepts but crashes on, on some GPUs:
 FlashInfer all-reduce fusion only on SM90/SM100, torch symmetric memory only on SM90 (4, 6, 8

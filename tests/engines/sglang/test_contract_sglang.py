@@ -291,7 +291,10 @@ def test_sglang_serve_starts_with_the_argv_the_tuner_builds(
         timeout=240,
         check=False,
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, (
+        f"sglang serve did not run (its dependencies come with .ci/install-sglang-parsers.sh "
+        f"{_parsers_root()}): {done.stderr[-2000:]}"
+    )
     assert "usage: sglang serve [-h] --model-path MODEL_PATH" in done.stdout
     assert "--speculative-eagle-topk" in done.stdout
 
