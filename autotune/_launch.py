@@ -33,6 +33,9 @@ class LaunchSpec:
     #: The server's ``--api-key``, sent by the readiness probe and the benchmark as a bearer
     #: token; never recorded (left out of ``repr`` and :meth:`display`).
     api_key: str | None = field(default=None, repr=False, compare=False)
+    #: The leading elements of ``argv`` that are the launch prefix (``docker exec BOX``,
+    #: ``srun ...``): the server runs through them and is stopped through them.
+    prefix: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:

@@ -63,3 +63,17 @@ def ratio_interval(
 
     half = float(t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def mean_interval(values: Sequence[float], confidence: float) -> tuple[float, float, float] | None:
+    """The mean of ``values`` with a two-sided Student-t interval at ``confidence``:
+    ``(mean, low, high)``; ``None`` with fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1))
+    from scipy.stats import t
+
+    half = float(t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half

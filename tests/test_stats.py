@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from autotune._stats import ratio_interval
+from autotune._stats import mean_interval, ratio_interval
 
 
 def test_the_ratio_is_the_geometric_mean_and_the_interval_students_t() -> None:
@@ -45,3 +45,16 @@ def test_the_interval_covers_the_true_ratio_as_often_as_it_says(rounds: int) -> 
         covered += interval[1] <= true <= interval[2]
     # 95% nominal; 2000 draws put the binomial's standard deviation at 0.5%
     assert 0.93 <= covered / trials <= 0.97, covered / trials
+
+
+def test_mean_interval_holds_the_mean_and_widens_with_spread() -> None:
+    assert mean_interval([5.0], 0.8) is None
+    mean, low, high = mean_interval([49.0, 50.0, 51.0], 0.8) or (0, 0, 0)
+    assert mean == pytest.approx(50.0)
+    # t(0.9, 2) = 1.886, sd 1, n 3
+    assert high - mean == pytest.approx(1.886 / 3**0.5, rel=1e-3)
+    assert mean - low == pytest.approx(high - mean)
+    _, low_wide, high_wide = mean_interval([48.0, 50.0, 52.0], 0.8) or (0, 0, 0)
+    assert low_wide < low and high_wide > high
+    _, low_sure, high_sure = mean_interval([49.0, 50.0, 51.0], 0.95) or (0, 0, 0)
+    assert low_sure < low and high_sure > high

@@ -192,7 +192,16 @@ def search(
     """
     import sys
 
-    from autotune.searchbench import format_table, run_search_benchmark, write_outputs
+    from autotune.searchbench import PLANS, format_table, run_search_benchmark, write_outputs
+    from autotune.space import load_space
+    from autotune.study import choose_sampler
+
+    chosen = [s.strip() for s in samplers.split(",") if s.strip()]
+    if any(name in PLANS and PLANS[name].sampler is None for name in chosen):
+        # the tuner's own sampler: without PyTorch its studies are TPE's, and the table says so
+        fallback = choose_sampler("auto", conditional=load_space(space).conditional).note
+        if fallback is not None:
+            sys.stderr.write(f"bench search: the tuner's studies: {fallback}\n")
 
     def note(strategy: str, seed: int) -> None:
         if sys.stderr.isatty():
@@ -202,7 +211,7 @@ def search(
     result = run_search_benchmark(
         space,
         profile=profile,
-        strategies=[s.strip() for s in samplers.split(",") if s.strip()],
+        strategies=chosen,
         seeds=seeds,
         budget=budget,
         noise=noise,

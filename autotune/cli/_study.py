@@ -46,7 +46,8 @@ def start(
     sampler: Annotated[
         str,
         typer.Option(
-            "--sampler", help="auto (GP, or TPE for conditional spaces), gp, tpe, random."
+            "--sampler",
+            help="auto (GP; TPE for conditional spaces or without PyTorch), gp, tpe, random.",
         ),
     ] = "auto",
     storage: Storage = None,

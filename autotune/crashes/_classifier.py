@@ -138,7 +138,9 @@ class LiveClassifier:
             return False
         if self._after_frame:
             self._after_frame = False
-            if line.startswith("    ") and rules.parse_frame(line) is None:
+            if rules.parse_frame(line) is None and (
+                line.startswith("    ") or rules.is_source_code(line)
+            ):
                 # The source line under a frame is code, not a message; what it calls is
                 # still on the failing call chain (all a cut traceback may show).
                 self._tag_frame(line, "", rules.called_function(line))
@@ -150,7 +152,8 @@ class LiveClassifier:
         settings = rules.settings(line)
         if settings:
             self._settings.update(settings)
-        if self._read_progress(line):
+        if self._read_progress(line) and not rules.is_strong_crash(line):
+            # (a progress bar that a crash was written onto still reports the crash)
             return False
         frame = rules.parse_frame(line)
         if frame is not None:

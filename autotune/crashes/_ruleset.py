@@ -51,6 +51,13 @@ _CPP_WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
 _SOURCE_MARKS = re.compile(r"^\s*[\^~]+\s*$")
 _CALL = re.compile(r"([A-Za-z_]\w*)\s*\(")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+# a Python statement, as a traceback shows it under a frame: "raise RuntimeError(...)",
+# "return GroupCoordinator(", "self.x = f(", "initialize_model_parallel(" (not "ValueError(...)")
+_STATEMENT = re.compile(
+    r"^\s*(?:(?:raise|return|yield|await|assert|del|with|if|for|while|elif)\s"
+    r"|(?!\w*(?:Error|Exception|Warning)\()[A-Za-z_][\w.]*(?:\[[^\]]*\])?"
+    r"(?:\s*:\s*[\w.\[\], ]+)?(?:\s+[-+*/|&]?=\s|\())"
+)
 _C10_ERROR = re.compile(r"^\s*\[E\d{4}")
 
 
@@ -155,6 +162,11 @@ class CrashRules(abc.ABC):
         """Values of the engine's settings that a line shows, by knob name (for advice)."""
         return {}
 
+    def fraction_fix(self, category: str, evidence: str | None) -> Literal["raise", "lower"] | None:
+        """Which way the static memory fraction must move to cure a crash of ``category`` whose
+        deciding line was ``evidence``, or ``None`` when the verdict does not say (by default)."""
+        return None
+
     def pick_cause(self, found: Collection[str]) -> tuple[str, str] | None:
         """The verdict among the specific causes ``found``: ``(category, category whose
         finding is the evidence)``; by default the first of :attr:`cause_priority`."""
@@ -176,6 +188,11 @@ class CrashRules(abc.ABC):
         ``""``."""
         m = _CALL.search(source)
         return m.group(1) if m else ""
+
+    def is_source_code(self, line: str) -> bool:
+        """A traceback source line pasted without its indentation (a Python statement that is
+        not an exception line); only asked of the line right under a frame."""
+        return self.parse_exception(line) is None and _STATEMENT.match(line) is not None
 
     def is_source_marks(self, line: str) -> bool:
         """A line of ``^^^^`` / ``~~~`` under a traceback source line."""

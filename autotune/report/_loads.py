@@ -4,7 +4,8 @@ Every trial of a study with ``objective.loads`` was measured at each load point;
 the figure at each (:attr:`TrialRecord.loads`). From them:
 
 * the winner per load point: the best measured trial at that point (the baseline included), its
-  figure and its speed-up over the baseline's figure at that point;
+  figure and its speed-up over the baseline's figure at that point; in a confirmed study, the
+  candidate the confirmation found best there (the baseline where none beats it);
 * the throughput-vs-load table of the baseline and the best few configurations (by the weighted
   objective), each figure with its speed-up over the baseline at that load;
 * the load at which the best speculative configuration falls below the baseline (speculation
@@ -38,6 +39,8 @@ class LoadWinner:
     baseline: float | None
     speedup: float | None
     config: dict[str, Any]
+    #: Chosen on the confirmation's re-measurements rather than on the search's figure.
+    confirmed: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,10 +99,12 @@ def build_load_report(
     maximize: bool,
     refusal: Refusal | None = None,
     planner: Planner | None = None,
+    confirmed: Mapping[str, int | None] | None = None,
 ) -> LoadReport:
     """The load report of a study's load ``points`` (``label``, ``weight``, ``concurrency``,
     ``request_rate``) from its finished trials; ``refusal`` and ``planner`` come from the
-    engine (None: no launch is proposed)."""
+    engine (None: no launch is proposed); ``confirmed``: the confirmation's winner at each load
+    point, by label (a trial number; None: the baseline)."""
     ordered = sorted(points, key=_load_order)
     measured = [e for e in entries if e[3].measured and e[4] and e[3].loads]
     baseline = next((e for e in measured if e[1] == "baseline"), None)
@@ -121,10 +126,19 @@ def build_load_report(
             return None
         return value / base if maximize else base / value
 
+    def confirmed_at(label: str) -> Entry | None:
+        if confirmed is None or label not in confirmed:
+            return None
+        trial = confirmed[label]
+        if trial is None:
+            return baseline
+        return next((e for e in measured if e[0] == trial), None)
+
     winners = []
     for p in ordered:
         label = str(p["label"])
-        e = best_at(label, measured)
+        chosen = confirmed_at(label)
+        e = chosen or best_at(label, measured)
         if e is None:
             continue
         value = float(e[3].at_load(label) or 0.0)
@@ -138,6 +152,7 @@ def build_load_report(
                 None if baseline is None else baseline[3].at_load(label),
                 speedup(value, label),
                 dict(e[3].config or {}),
+                chosen is not None,
             )
         )
     ranked = sorted(
@@ -257,14 +272,17 @@ def format_loads(report: LoadReport) -> list[str]:
     """The load part of ``autotune study report``, as lines of text."""
     mix = ", ".join(f"{p['label']} {float(p['weight']):g}" for p in report.points)
     lines = [f"load mix: {mix} (weight: share of time at that load)", "winner per load:"]
+    if any(w.confirmed for w in report.winners):
+        lines[-1] = "winner per load (confirmed: chosen on the confirmation's re-measurements):"
     for w in report.winners:
         speed = "" if w.speedup is None else f"  x{w.speedup:.2f} over the baseline"
         base = "" if w.baseline is None else f" ({w.baseline:.2f})"
         knobs = " ".join(
             f"{k}={v}" for k, v in w.config.items() if k not in ("speculative_algorithm", "tp_size")
         )
+        mark = ", confirmed" if w.confirmed else ""
         lines.append(
-            f"    {w.label:<8} trial {w.trial} ({w.role}): {w.value:.2f} {report.metric}"
+            f"    {w.label:<8} trial {w.trial} ({w.role}{mark}): {w.value:.2f} {report.metric}"
             f"{speed}{base}  {knobs}".rstrip()
         )
     labels = [str(p["label"]) for p in report.points]

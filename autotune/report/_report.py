@@ -250,6 +250,11 @@ def _load_report(
         return None
     entries = [(r.number, r.role, r.value, records[r.number], r.feasible) for r in rows]
     refusal, planner = _engine_planner(study) if schedule else (None, None)
+    verdict = recorded_verdict(study)
+    confirmed = None
+    if verdict is not None and verdict.loads:
+        # a candidate below the baseline at a point: no speculation wins there
+        confirmed = {c.label: (c.trial if c.ratio >= 1.0 else None) for c in verdict.loads}
     return build_load_report(
         [p for p in points if isinstance(p, dict) and "label" in p and "weight" in p],
         entries,
@@ -257,6 +262,7 @@ def _load_report(
         maximize=maximize,
         refusal=refusal,
         planner=planner,
+        confirmed=confirmed,
     )
 
 

@@ -183,9 +183,10 @@ def format_table(result: SearchBenchResult) -> str:
     )
     if loads:
         lines.append(
-            "loads 98% = seeds in which the winner at every load point (the configuration "
-            "measured best there) is within 98% of that point's optimum (every configuration of "
-            "the space evaluated at that load, noise 0)"
+            "loads 98% = seeds in which the winner at every load point (the candidate the "
+            "confirmation found best there; without one, the configuration measured best there) "
+            "is within 98% of that point's optimum (every configuration of the space evaluated "
+            "at that load, noise 0)"
         )
     lines += _confirmation_table(result)
     return "\n".join(lines)

@@ -70,6 +70,8 @@ class ConfirmTrace:
     leader: int | None
     gpu_hours: float
     starts: int
+    #: With a load mix: the candidate confirmed best at each load point (its trial number).
+    load_choices: Mapping[str, int | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,14 @@ def confirm_trace(verdict: Verdict | None) -> ConfirmTrace | None:
     if verdict is None:
         return None
     leader = verdict.leader.trial if verdict.leader is not None else None
-    return ConfirmTrace(verdict.kind, verdict.choice, leader, verdict.gpu_hours, verdict.starts)
+    return ConfirmTrace(
+        verdict.kind,
+        verdict.choice,
+        leader,
+        verdict.gpu_hours,
+        verdict.starts,
+        {c.label: c.trial for c in verdict.loads},
+    )
 
 
 def trace_of(
@@ -177,18 +186,26 @@ class StudyScore:
 def load_winner_shares(
     trace: StudyTrace, optima: Mapping[str, float], *, maximize: bool
 ) -> dict[str, float]:
-    """Per load point: the true value of the configuration measured best there (the baseline
-    aside, as it is outside the space), as a share of the point's optimum (0: none measured)."""
+    """Per load point: the true value of the study's winner there, as a share of the point's
+    optimum (0: none measured). The winner is the candidate the confirmation found best at that
+    point, or without a confirmation the configuration measured best there (the baseline aside
+    in both, as it is outside the space)."""
+    choices = trace.confirmation.load_choices if trace.confirmation is not None else {}
+    by_number = {t.number: t for t in trace.trials}
     shares: dict[str, float] = {}
     for label, optimum in optima.items():
         best: TrialTrace | None = None
-        for trial in trace.trials:
-            mine = trial.measured_loads.get(label)
-            if trial.role == "baseline" or mine is None or label not in trial.true_loads:
-                continue
-            theirs = None if best is None else best.measured_loads[label]
-            if theirs is None or (mine > theirs if maximize else mine < theirs):
-                best = trial
+        chosen = choices.get(label)
+        if chosen is not None and label in by_number[chosen].true_loads:
+            best = by_number[chosen]
+        else:
+            for trial in trace.trials:
+                mine = trial.measured_loads.get(label)
+                if trial.role == "baseline" or mine is None or label not in trial.true_loads:
+                    continue
+                theirs = None if best is None else best.measured_loads[label]
+                if theirs is None or (mine > theirs if maximize else mine < theirs):
+                    best = trial
         if best is None:
             shares[label] = 0.0
             continue

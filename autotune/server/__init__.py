@@ -7,7 +7,9 @@ every descendant, TERM then KILL. What readiness looks like (:class:`Readiness`:
 HTTP probes) and what a crash looks like (a :class:`LineClassifier`) are the engine's, passed in
 by the caller. :class:`ProcessIdentity` records a launch so that a resumed study can stop a
 server left behind by a tuner that was killed; :class:`GpuMonitor` confirms that a stopped
-server's GPU memory was freed; the port functions pick and check ports.
+server's GPU memory was freed; the port functions pick and check ports. A server started through
+a launch prefix (``docker exec BOX``, ``srun ...``) runs under a small launcher that records its
+pid inside the prefix, and is stopped through the same prefix (:class:`PrefixStop` says how).
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from __future__ import annotations
 from autotune.server._follow import LogFollower
 from autotune.server._gpu import GpuMonitor, GpuReleaseResult, GpuUsage
 from autotune.server._identity import (
-    TOKEN_ENV,
     ProcessIdentity,
     argv_digest,
     find_live,
     identity_of,
     stop_identity,
 )
+from autotune.server._launcher import PrefixStop
 from autotune.server._outcome import ProcessOutcome, signal_name
 from autotune.server._ports import find_free_port, port_in_use, wait_port_released
 from autotune.server._process import ServerProcess
@@ -34,6 +36,7 @@ from autotune.server._startup import (
     StartupStatus,
     wait_for_startup,
 )
+from autotune.server._tree import TOKEN_ENV
 
 __all__ = [
     "TOKEN_ENV",
@@ -43,6 +46,7 @@ __all__ = [
     "GpuUsage",
     "LineClassifier",
     "LogFollower",
+    "PrefixStop",
     "Probe",
     "ProcessIdentity",
     "ProcessOutcome",

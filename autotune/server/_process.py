@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shlex
@@ -15,11 +16,14 @@ from typing import TYPE_CHECKING
 import psutil
 
 from autotune._errors import ServerError
-from autotune.server._identity import TOKEN_ENV, ProcessTree, StopReport
+from autotune.server._launcher import PrefixLauncher, PrefixStop
 from autotune.server._outcome import ProcessOutcome, signal_name
+from autotune.server._tree import TOKEN_ENV, ProcessTree, StopReport
 
 if TYPE_CHECKING:
     from autotune._launch import LaunchSpec
+
+log = logging.getLogger(__name__)
 
 
 def _always() -> bool:
@@ -34,6 +38,12 @@ class ServerProcess:
     this process's environment with the launch's additions on top; ``PYTHONUNBUFFERED=1`` is
     added unless either sets it (so Python servers write each log line as it happens), and
     :data:`TOKEN_ENV` carries a value unique to this launch.
+
+    With a launch ``prefix`` (the first elements of the command: ``docker exec BOX``), what
+    runs is the prefix and then a launcher that starts the rest as a process-group leader, with
+    the launch's environment additions (secret ones excepted: set those where the server runs),
+    and records its pid there; the stop goes through the prefix first
+    (:class:`~autotune.server._launcher.PrefixLauncher`), then to the prefix's own processes.
 
     Use it as a context manager: the server and all its descendants are stopped when the block
     ends, whatever ends it::
@@ -54,8 +64,12 @@ class ServerProcess:
         port: int | None,
         term_timeout_s: float,
         kill_timeout_s: float,
+        launcher: PrefixLauncher | None = None,
     ) -> None:
         self._popen = popen
+        self._launcher = launcher
+        #: How the stop through the launch prefix went (None: no prefix, or not stopped yet).
+        self.prefix_stop: PrefixStop | None = None
         self.argv = argv
         self.log_path = log_path
         #: Size of the log file before this launch: its lines start there.
@@ -91,10 +105,14 @@ class ServerProcess:
         port: int | None = None,
         term_timeout_s: float = 30.0,
         kill_timeout_s: float = 10.0,
+        prefix: Sequence[str] = (),
+        secret_env: frozenset[str] = frozenset(),
     ) -> ServerProcess:
         """Start ``argv`` (never through a shell); its output is appended to ``log_path``.
 
         ``term_timeout_s`` and ``kill_timeout_s`` are what the context manager's stop uses.
+        ``prefix``: the leading elements of ``argv`` that are a launch prefix (see the class
+        docstring); ``secret_env``: names of ``env`` never put on the launcher's command line.
 
         Raises:
             ServerError: the command cannot be started (executable missing or not executable,
@@ -123,6 +141,10 @@ class ServerProcess:
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         token = secrets.token_hex(16)
         child_env[TOKEN_ENV] = token
+        run = args
+        launcher = None
+        if prefix:
+            launcher, run = PrefixLauncher.around(args, tuple(prefix), env or {}, secret_env, token)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             log = path.open("ab")
@@ -138,7 +160,7 @@ class ServerProcess:
             started_at = time.monotonic()
             try:
                 popen = subprocess.Popen(
-                    args,
+                    run,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -178,6 +200,7 @@ class ServerProcess:
             port=port,
             term_timeout_s=term_timeout_s,
             kill_timeout_s=kill_timeout_s,
+            launcher=launcher,
         )
 
     @classmethod
@@ -199,6 +222,8 @@ class ServerProcess:
             port=spec.port,
             term_timeout_s=term_timeout_s,
             kill_timeout_s=kill_timeout_s,
+            prefix=spec.prefix,
+            secret_env=spec.secret_env,
         )
 
     @property
@@ -213,6 +238,16 @@ class ServerProcess:
     def create_time(self) -> float:
         """The main process's start time as the operating system records it (epoch seconds)."""
         return self._create_time
+
+    @property
+    def launch_prefix(self) -> tuple[str, ...]:
+        """The launch prefix the server runs through (empty: started directly)."""
+        return self._launcher.prefix if self._launcher is not None else ()
+
+    @property
+    def pid_file(self) -> str | None:
+        """Where, inside the launch prefix, the launcher writes the server's pid."""
+        return self._launcher.pid_file if self._launcher is not None else None
 
     @property
     def stopped(self) -> bool:
@@ -260,7 +295,8 @@ class ServerProcess:
         Ctrl-C) skips the rest of the TERM wait: SIGKILL at once. A signal handler that raises
         (a plain Ctrl-C) does not abandon the stop either: the stop runs to its end and the
         exception follows. Only processes of this launch are signalled: its process group, its
-        descendants, and processes carrying this launch's token.
+        descendants, and processes carrying this launch's token; through a launch prefix, the
+        group whose leader the launcher recorded there (checked by token and start time).
         """
         if self._outcome is not None:
             return self._outcome
@@ -270,7 +306,7 @@ class ServerProcess:
         hurry = urgent
         while True:
             try:
-                report = self._tree.stop(term_timeout_s=term, kill_timeout_s=kill, urgent=hurry)
+                report = self._stop_all(term, kill, hurry)
                 break
             except KeyboardInterrupt as e:  # a handler that raises: escalate, never abandon
                 pending = pending or e
@@ -279,6 +315,34 @@ class ServerProcess:
             self._finish_stop(report, kill)
             raise pending
         return self._finish_stop(report, kill)
+
+    def _stop_all(self, term: float, kill: float, urgent: Callable[[], bool] | None) -> StopReport:
+        """The stop through the launch prefix (if any), then of this host's processes."""
+        if self._launcher is None:
+            return self._tree.stop(term_timeout_s=term, kill_timeout_s=kill, urgent=urgent)
+        inside = self._launcher.stop(
+            term, kill, urgent=urgent, launching=lambda: self._popen.poll() is None
+        )
+        self.prefix_stop = inside
+        if inside.result in ("unreachable", "survived"):
+            from autotune._redact import redact_argv
+
+            log.error(
+                "the server could not be stopped through %s (%s); stop it by hand: its pid is "
+                "in %s there",
+                " ".join(redact_argv(self._launcher.prefix)),
+                inside.detail or "it survived SIGKILL",
+                self._launcher.pid_file,
+            )
+        # the launcher exits with its server: what is left here gets the rest of the TERM time
+        left = max(term - inside.elapsed_s, min(term, 2.0))
+        report = self._tree.stop(term_timeout_s=left, kill_timeout_s=kill, urgent=urgent)
+        return StopReport(
+            elapsed_s=inside.elapsed_s + report.elapsed_s,
+            forced=report.forced or inside.forced,
+            survivors=report.survivors,
+            pids=report.pids,
+        )
 
     def _finish_stop(self, report: StopReport, kill: float) -> ProcessOutcome:
         code = self._popen.poll()

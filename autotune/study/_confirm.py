@@ -12,7 +12,9 @@ interval misses is at most ``1 - confidence``.
 After ``min_rounds``, a candidate whose interval against the leader lies wholly below it is
 dropped (it stops being started); a candidate that fails to start twice is dropped as unstable,
 and one that breaks the space's limits (``objective.constraints``) in two runs and in more than
-half of its runs is dropped as over them.
+half of its runs, or whose mean figure after ``min_rounds`` lies, with its confidence bound, beyond
+a limit, is dropped as not within them; in its place the next best measured configuration joins
+(up to ``LIMIT_RESERVE`` of them), with rounds of its own.
 The confirmation ends when the leader is decided against the baseline (its interval above 1,
 below 1, or within ``margin`` of 1) and stands apart from the others (alone, or every other
 within ``margin``), or when ``max_rounds`` is reached. The verdict follows
@@ -26,19 +28,21 @@ itself never count (they chose the candidates: counting them again would favour 
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._knobs import ServerConfig
-from autotune._stats import ratio_interval
+from autotune._stats import mean_interval, ratio_interval
 from autotune.space import ConfirmSpec, SearchSpace
 from autotune.study._evaluate import TrialContext, TrialEvaluator, TrialFiles, TrialHooks
 from autotune.study._record import STUDY_CONFIRMATION, TrialRecord, first_value
-from autotune.study._verdict import ArmFigure, Verdict, judge
+from autotune.study._verdict import ArmFigure, LoadChoice, Verdict, judge
 
 if TYPE_CHECKING:
     import optuna
@@ -52,7 +56,16 @@ MAX_FAILED_STARTS = 2
 #: verdict's: dropping a candidate that is truly as good as the leader costs little (the two
 #: are close), while measuring every candidate to the end costs a start per round each.
 CHOICE_CONFIDENCE = 0.8
+#: With a load mix: the best few at each load point that join the candidates (each point's
+#: winner is then chosen on confirmed figures too, not on one lucky measurement).
+LOAD_CANDIDATES = 3
+#: With latency limits: measured configurations held in reserve, the best after the
+#: candidates; each joins the confirmation when a candidate is dropped as not within the limits
+#: (near a limit the best few may all be just over it, and no speculation may be over it too).
+LIMIT_RESERVE = 3
 _VERSION = 1
+#: How the reasons of candidates dropped as not within the limits begin.
+_OVER = ("not within ", "broke ")
 
 
 @dataclass(frozen=True)
@@ -65,34 +78,65 @@ class Arm:
     params: Mapping[str, Any] | None
     #: The search's single measurement that made it a candidate.
     searched: float | None = None
+    #: Held in reserve: measured only once a candidate is dropped as not within the limits.
+    reserve: bool = False
 
 
-def candidates(study: optuna.Study, space: SearchSpace, count: int) -> list[Arm]:
+def candidates(
+    study: optuna.Study,
+    space: SearchSpace,
+    count: int,
+    *,
+    per_load: int = LOAD_CANDIDATES,
+    reserve: int = 0,
+) -> list[Arm]:
     """The baseline and the ``count`` best distinct measured configurations within the limits
-    (the search's figures rank them; ties: the earlier trial)."""
+    (the search's figures rank them; ties: the earlier trial); with a load mix, then the
+    ``per_load`` best at each load point not among them yet; last, the ``reserve`` next best
+    (marked :attr:`Arm.reserve`)."""
     from optuna.trial import TrialState
 
     maximize = space.objective.direction == "maximize"
-    ranked = []
+    usable = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         record = TrialRecord.from_trial(t)
         if record.role == BASELINE or not record.measured or record.value is None:
             continue
         if t.constraints and any(v > 0 for v in t.constraints.values()):
             continue
-        ranked.append((record.value if maximize else -record.value, -t.number, t))
-    ranked.sort(key=lambda x: (x[0], x[1]), reverse=True)
+        usable.append((t, record))
     arms = [Arm(BASELINE, None, space.baseline_config(), None)]
     seen = [arms[0].config]
-    for _, _, t in ranked:
-        config = space.config_for(t.params)
-        if config in seen:
-            continue
-        seen.append(config)
-        arms.append(Arm(f"trial {t.number}", t.number, config, dict(t.params), first_value(t)))
-        if len(arms) > count:
-            break
+
+    def take(by: Callable[[TrialRecord], float | None], how_many: int, spare: bool = False) -> None:
+        ranked = []
+        for t, record in usable:
+            value = by(record)
+            if value is not None:
+                ranked.append((value if maximize else -value, -t.number, t))
+        ranked.sort(key=lambda x: (x[0], x[1]), reverse=True)
+        taken = 0
+        for _, _, t in ranked:
+            if taken >= how_many:
+                break
+            config = space.config_for(t.params)
+            if config in seen:
+                continue
+            seen.append(config)
+            arms.append(
+                Arm(f"trial {t.number}", t.number, config, dict(t.params), first_value(t), spare)
+            )
+            taken += 1
+
+    take(lambda r: r.value, count)
+    for point in space.objective.loads if len(space.objective.loads) > 1 else ():
+        take(functools.partial(_at_load, label=point.label), per_load)
+    take(lambda r: r.value, reserve, spare=True)
     return arms
+
+
+def _at_load(record: TrialRecord, *, label: str) -> float | None:
+    return record.at_load(label)
 
 
 @dataclass
@@ -104,6 +148,10 @@ class Measurement:
     gpu_s: float
     #: The space's limits this run broke (``tpot_p99_ms <= 50``), if any.
     broke: tuple[str, ...] = ()
+    #: With a load mix: the run's figure at each load point, by label.
+    loads: Mapping[str, float] = field(default_factory=dict)
+    #: The run's figure of each metric the space's limits bound, by metric.
+    limited: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,6 +161,8 @@ class Measurement:
             "outcome": self.outcome,
             "gpu_s": round(self.gpu_s, 3),
             "broke": list(self.broke),
+            **({"loads": dict(self.loads)} if self.loads else {}),
+            **({"limited": dict(self.limited)} if self.limited else {}),
         }
 
 
@@ -151,13 +201,19 @@ class Confirmation:
         self.maximize = space.objective.direction == "maximize"
 
     # --- state -----------------------------------------------------------------------------
-    def _load(self, arms: Sequence[Arm]) -> list[Measurement]:
-        """The measurements recorded for these arms (none when the candidates changed)."""
+    def _load(self, arms: list[Arm], spare: list[Arm]) -> list[Measurement]:
+        """The measurements recorded for these arms (none when the candidates changed); the
+        reserve arms that had joined join ``arms`` again (taken from ``spare``)."""
         state = self.study.user_attrs.get(STUDY_CONFIRMATION)
         if not isinstance(state, dict) or state.get("version") != _VERSION:
             return []
-        if state.get("arms") != [a.key for a in arms]:
+        stored = state.get("arms")
+        keys = [a.key for a in arms]
+        joined = len(stored) - len(keys) if isinstance(stored, list) else -1
+        if joined < 0 or joined > len(spare) or stored != keys + [a.key for a in spare[:joined]]:
             return []
+        arms.extend(spare[:joined])
+        del spare[:joined]
         out = []
         for m in state.get("measurements") or []:
             value = m.get("value")
@@ -169,6 +225,8 @@ class Confirmation:
                     str(m.get("outcome") or "ok"),
                     float(m.get("gpu_s") or 0.0),
                     tuple(str(b) for b in m.get("broke") or ()),
+                    _floats(m.get("loads")),
+                    _floats(m.get("limited")),
                 )
             )
         return out
@@ -195,18 +253,29 @@ class Confirmation:
     # --- the rounds ------------------------------------------------------------------------
     def run(self) -> Verdict:
         """Confirm the study's best candidates; the verdict is also written to the study."""
-        arms = candidates(self.study, self.space, self.spec.candidates)
-        done = self._load(arms)
-        k = len(arms) - 1
-        while k > 0:
-            figures = self._figures(arms, done, k)
+        reserve = LIMIT_RESERVE if self.space.objective.constraints else 0
+        pool = candidates(self.study, self.space, self.spec.candidates, reserve=reserve)
+        arms = [a for a in pool if not a.reserve]
+        spare = [a for a in pool if a.reserve]
+        first = len(arms)
+        done = self._load(arms, spare)
+        while len(arms) > 1:
+            figures = self._figures(arms, done, len(arms) - 1)
+            over = [f for f in figures if f.dropped is not None and f.dropped.startswith(_OVER)]
+            if spare and len(over) > len(arms) - first:
+                arms.append(spare.pop(0))
+                self._save(arms, done, None)
+                continue
             dropped = {f.key for f in figures if f.dropped is not None}
             r = self._next_round(arms, done, dropped)
             if r >= self.spec.max_rounds or (
-                r >= self.spec.min_rounds and self._decided(figures, done)
+                r >= self.spec.min_rounds
+                and self._settled(arms, done, dropped)
+                and self._decided(figures, done)
             ):
                 break
             self._round(arms, done, dropped, r)
+        k = len(arms) - 1
         figures = self._figures(arms, done, k) if k else []
         notes = []
         if any(m.arm == BASELINE and m.value is None for m in done):
@@ -229,6 +298,7 @@ class Confirmation:
             spec=self.spec,
             shown=[p.name for p in self.space.parameters],
             notes=notes,
+            loads=self._load_choices(arms, done),
         )
         self._save(arms, done, verdict)
         return verdict
@@ -277,7 +347,15 @@ class Confirmation:
             for c in self.space.objective.constraints
             if value is not None and c.violation(record.metric(c.metric)) > 0
         )
-        return Measurement(r, arm.key, value, str(record.outcome), cost, broke)
+        loads = {label: v for label in record.loads if (v := record.at_load(label)) is not None}
+        limited = {
+            c.metric: v
+            for c in self.space.objective.constraints
+            if (v := record.metric(c.metric)) is not None and math.isfinite(v)
+        }
+        if value is None:
+            loads, limited = {}, {}
+        return Measurement(r, arm.key, value, str(record.outcome), cost, broke, loads, limited)
 
     def _line(self, m: Measurement, done: Sequence[Measurement]) -> str:
         metric = self.space.objective.metric
@@ -298,13 +376,38 @@ class Confirmation:
         objective is minimised)."""
         return value / base if self.maximize else base / value
 
-    def _pairs(self, done: Sequence[Measurement], a: str, b: str) -> list[tuple[float, float]]:
-        """``(a, b)`` of every round where both were measured, oriented so that a ratio above
-        1 means ``a`` is better."""
+    def _load_choices(
+        self, arms: Sequence[Arm], done: Sequence[Measurement]
+    ) -> tuple[LoadChoice, ...]:
+        """With a load mix: at each load point, the candidate with the best confirmed ratio to
+        the baseline there (at the verdict's confidence, family-wise over the candidates)."""
+        points = self.space.objective.loads
+        if len(points) < 2 or len(arms) < 2:
+            return ()
+        level = 1.0 - (1.0 - self.spec.confidence) / max(1, len(arms) - 1)
+        out = []
+        for point in points:
+            best: tuple[Arm, tuple[float, float, float], int] | None = None
+            for arm in arms[1:]:
+                pairs = self._pairs(done, arm.key, BASELINE, load=point.label)
+                interval = ratio_interval(pairs, level)
+                if interval is not None and (best is None or interval[0] > best[1][0]):
+                    best = (arm, interval, len(pairs))
+            if best is not None:
+                arm, (ratio, low, high), runs = best
+                out.append(LoadChoice(point.label, arm.key, arm.trial, ratio, low, high, runs))
+        return tuple(out)
+
+    def _pairs(
+        self, done: Sequence[Measurement], a: str, b: str, *, load: str | None = None
+    ) -> list[tuple[float, float]]:
+        """``(a, b)`` of every round where both were measured (at load point ``load``, or by
+        the objective), oriented so that a ratio above 1 means ``a`` is better."""
         by: dict[int, dict[str, float]] = {}
         for m in done:
-            if m.value is not None and m.value > 0:
-                by.setdefault(m.round, {})[m.arm] = m.value
+            value = m.value if load is None else m.loads.get(load)
+            if value is not None and value > 0:
+                by.setdefault(m.round, {})[m.arm] = value
         out = []
         for values in by.values():
             if a in values and b in values:
@@ -336,9 +439,9 @@ class Confirmation:
                     dropped=(
                         f"did not start in {failed} confirmation runs"
                         if failed >= MAX_FAILED_STARTS
-                        else f"broke {over[-1].broke[0]} in {len(over)} of {len(mine)} runs"
+                        else f"{_OVER[1]}{over[-1].broke[0]} in {len(over)} of {len(mine)} runs"
                         if len(over) >= MAX_FAILED_STARTS and 2 * len(over) > len(mine)
-                        else None
+                        else self._over_limits(mine)
                     ),
                 )
             )
@@ -359,6 +462,42 @@ class Confirmation:
                     )
             out.append(f)
         return out
+
+    def _settled(self, arms: Sequence[Arm], done: Sequence[Measurement], dropped: set[str]) -> bool:
+        """Every candidate still standing has had ``min_rounds`` runs (one that joined from
+        the reserve late has its own)."""
+        return all(
+            sum(1 for m in done if m.arm == a.key) >= self.spec.min_rounds
+            for a in arms[1:]
+            if a.key not in dropped
+        )
+
+    def _over_limits(self, mine: Sequence[Measurement]) -> str | None:
+        """Why a candidate cannot be trusted to meet a limit, if it cannot: after
+        ``min_rounds`` runs, the confidence bound of its mean figure on the limit's side (at
+        :data:`CHOICE_CONFIDENCE`, two-sided) lies beyond the limit. Judging the mean with its
+        spread, not run by run, keeps a configuration whose true figure sits just over the
+        limit from passing on the runs that happened to fall under it."""
+        if len(mine) < self.spec.min_rounds:
+            return None
+        for c in self.space.objective.constraints:
+            values = [m.limited[c.metric] for m in mine if c.metric in m.limited]
+            interval = mean_interval(values, CHOICE_CONFIDENCE)
+            if interval is None:
+                continue
+            mean, low, high = interval
+            if (
+                max(
+                    c.violation(high) if c.max is not None else -1.0,
+                    c.violation(low) if c.min is not None else -1.0,
+                )
+                > 0
+            ):
+                return (
+                    f"{_OVER[0]}{c.describe()}: mean {mean:.4g} [{low:.4g}, {high:.4g}] "
+                    f"over {len(values)} runs"
+                )
+        return None
 
     def _decided(self, figures: Sequence[ArmFigure], done: Sequence[Measurement]) -> bool:
         """The leader is decided against the baseline (its interval above 1, below 1, or
@@ -382,3 +521,10 @@ class Confirmation:
                 if versus is None or versus[2] > 1.0 + margin:
                     return False
         return True
+
+
+def _floats(raw: object) -> dict[str, float]:
+    """A stored mapping of figures, what is not a number left out."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float))}

@@ -9,10 +9,12 @@ Four sources, cheapest first, the first three the engine's (:class:`autotune.eng
   under CUDA-graph capture); and a memory estimate from the weights' size and the GPUs' memory
   (:meth:`Engine.memory_need_gib`: a static fraction that cannot even hold the weights);
 * what the study has learned from its own crashes, attributed to the knobs that cause them:
-  a KV-pool failure at fraction ``f`` means every fraction ``<= f`` fails too, with the same
-  algorithm and with every algorithm that needs at least as much of the static pool (any
-  algorithm where the engine sizes the pool before loading a draft,
-  :meth:`Engine.draft_in_static`; else one whose draft weighs at least as much); a CUDA-graph
+  a KV pool that does not fit the budget at fraction ``f`` means every fraction ``<= f`` fails
+  too, with the same algorithm and with every algorithm that needs at least as much of the static
+  pool (any algorithm where the engine sizes the pool before loading a draft,
+  :meth:`Engine.draft_in_static`; else one whose draft weighs at least as much); one that ran out
+  of GPU memory while being allocated (the engine's crash rules tell the two apart from the
+  deciding log line) means every fraction ``>= f`` with the same algorithm does; a CUDA-graph
   capture out of memory at ``(f, max_bs, draft tokens, top-k)`` means every configuration at
   least as large in all of them fails too; an all-reduce mode that fails on the architecture or
   under graph capture fails whatever the other knobs are; any other crash rules out that exact
@@ -43,6 +45,9 @@ class LessonKind(enum.Enum):
 
     #: A KV pool that did not fit at fraction ``f``: every fraction ``<= f`` (same algorithm).
     KV_BELOW = "kv_below"
+    #: A KV pool sized at fraction ``f`` that ran out of GPU memory while being allocated: every
+    #: fraction ``>= f`` (same algorithm).
+    KV_ABOVE = "kv_above"
     #: A CUDA-graph capture out of memory: every configuration at least as large in each knob.
     GRAPH_ABOVE = "graph_above"
     #: An all-reduce mode that fails on these GPUs, whatever the other knobs.
@@ -60,6 +65,7 @@ class LessonKind(enum.Enum):
 
 _KNOBS: dict[LessonKind, str] = {
     LessonKind.KV_BELOW: "mem_fraction_static",
+    LessonKind.KV_ABOVE: "mem_fraction_static",
     LessonKind.GRAPH_ABOVE: "mem_fraction_static",
     LessonKind.MODE: "allreduce",
     LessonKind.MODE_GRAPHS: "allreduce",
@@ -133,11 +139,17 @@ class Feasibility:
         return None
 
     # --- what was learned ------------------------------------------------------------------
-    def learn(self, trials: Iterable[tuple[int, Mapping[str, Any], Outcome]]) -> None:
-        """Rebuild the learned rules from ``(trial number, params, outcome)`` of past trials."""
+    def learn(
+        self,
+        trials: Iterable[tuple[int, Mapping[str, Any], Outcome]],
+        failure_lines: Mapping[int, str] | None = None,
+    ) -> None:
+        """Rebuild the learned rules from ``(trial number, params, outcome)`` of past trials and
+        the log lines that decided their crashes (``failure_lines``, by trial number)."""
+        lines = failure_lines or {}
         self._lessons = []
         for number, params, outcome in trials:
-            lesson = self._lesson(number, params, Outcome(outcome))
+            lesson = self._lesson(number, params, Outcome(outcome), lines.get(number))
             if lesson is not None:
                 self._lessons.append(lesson)
 
@@ -146,18 +158,22 @@ class Feasibility:
         from optuna.trial import TrialState
 
         pruned = study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
-        outcomes = ((t, outcome_of(t.user_attrs)) for t in pruned if t.params)
-        self.learn(
-            (t.number, dict(t.params), outcome)
-            for t, outcome in outcomes
-            if outcome is not None and outcome.unmeasurable
-        )
+        outcomes = [(t, outcome_of(t.user_attrs)) for t in pruned if t.params]
+        learned = [(t, o) for t, o in outcomes if o is not None and o.unmeasurable]
+        lines = {
+            t.number: line
+            for t, _ in learned
+            if isinstance(line := t.user_attrs.get("failure_line"), str)
+        }
+        self.learn(((t.number, dict(t.params), o) for t, o in learned), lines)
 
     @property
     def lessons(self) -> int:
         return len(self._lessons)
 
-    def _lesson(self, number: int, params: Mapping[str, Any], outcome: Outcome) -> _Lesson | None:
+    def _lesson(
+        self, number: int, params: Mapping[str, Any], outcome: Outcome, failure_line: str | None
+    ) -> _Lesson | None:
         if not outcome.unmeasurable:  # a taken port: nothing to learn of the configuration
             return None
         try:
@@ -168,7 +184,9 @@ class Feasibility:
         special = config.allreduce not in _PLAIN_MODES
         if outcome is Outcome.OOM_KV_POOL and fraction is not None:
             values = (config.speculative_algorithm, fraction)
-            return _Lesson(LessonKind.KV_BELOW, outcome, number, values)
+            fix = self.engine.crash_rules().fraction_fix(outcome.value, failure_line)
+            kind = LessonKind.KV_ABOVE if fix == "lower" else LessonKind.KV_BELOW
+            return _Lesson(kind, outcome, number, values)
         if outcome is Outcome.OOM_CUDA_GRAPH and fraction is not None:
             return _Lesson(LessonKind.GRAPH_ABOVE, outcome, number, _graph_point(config))
         if outcome in (Outcome.UNSUPPORTED_ARCH, Outcome.NCCL_ERROR) and special:
@@ -201,6 +219,14 @@ class Feasibility:
             why = self._kv_condemns(algorithm, config.speculative_algorithm)
             if why is not None:
                 return f"trial {n}: the KV pool did not fit at mem_fraction_static={fraction}{why}"
+        elif lesson.kind is LessonKind.KV_ABOVE:
+            algorithm, fraction = lesson.values
+            f = config.mem_fraction_static
+            if f is not None and config.speculative_algorithm == algorithm and f >= fraction:
+                return (
+                    f"trial {n}: the KV pool sized at mem_fraction_static={fraction} ran out of "
+                    "GPU memory while being allocated"
+                )
         elif lesson.kind is LessonKind.GRAPH_ABOVE:
             f = config.mem_fraction_static
             if f is not None and all(

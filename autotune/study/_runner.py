@@ -25,6 +25,7 @@ from autotune._knobs import ServerConfig
 from autotune.bench import BenchmarkResult
 from autotune.engines import Engine
 from autotune.space import SearchSpace, load_space
+from autotune.study._choice import choose_sampler
 from autotune.study._claims import (
     claim,
     configuration,
@@ -119,6 +120,8 @@ def start_study(options: StudyOptions) -> StudySummary:
     if options.space_path is None:
         raise AutotuneError("a study needs a search space", hint="give one with --space FILE")
     space = load_space(options.space_path)
+    # a sampler that cannot run here is refused before the study is created
+    choose_sampler(options.sampler, conditional=space.conditional)
     name = options.study_name or space.name
     paths = study_paths(
         name,
@@ -142,6 +145,7 @@ def start_study(options: StudyOptions) -> StudySummary:
 def resume_study(options: StudyOptions) -> StudySummary:
     """Continue a study: fail and re-queue trials of a dead tuner, then run to the target."""
     paths, study, space = _existing(options)
+    choose_sampler(options.sampler, conditional=space.conditional)
     engine = make_engine(space)
     target = set_target(study, options.n_trials, more=options.more_trials)
     if not setup_complete(study):  # its `start` was killed: finish the set-up from its space
@@ -226,6 +230,11 @@ class StudyRunner:
         self.quiet = quiet
         self.feasibility = Feasibility(space, engine) if refuse else RulesOnly(space, engine)
         self.refused: Counter[str] = Counter(study.user_attrs.get(STUDY_REFUSED) or {})
+        #: The sampler's note (TPE in place of GP without PyTorch), printed once by :meth:`run`.
+        self.sampler_note: str | None = None
+        if sampler is None:
+            choice = choose_sampler(options.sampler, conditional=space.conditional)
+            self.sampler_note = choice.note
         self.sampler = sampler or build_sampler(
             options.sampler,
             space,
@@ -270,6 +279,9 @@ class StudyRunner:
                     quiet=self.quiet,
                 ) as progress,
             ):
+                if search and self.sampler_note is not None:
+                    log.warning("%s", self.sampler_note)
+                    progress.note(self.sampler_note)
                 lock = setup_lock_path(self.paths)
                 for trial in recover_stale(self.study, lock=lock) if recover else []:
                     progress.finished(self.finished_count(), trial.line())

@@ -41,15 +41,14 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune._errors import ConfigError
 from autotune.engines import Engine, create_engine
 from autotune.space import ParamSpec, SearchSpace
+from autotune.study._choice import choose_sampler
 from autotune.study._feasibility import Feasibility
 from autotune.study._optuna import fixed_params
+from autotune.study._record import TrialRecord
 from autotune.study._reparam import DraftFill
 from autotune.study._view import StudyView
-
-SAMPLERS = ("auto", "gp", "tpe", "random")
 
 #: How many times a proposal known to fail is replaced before it is recorded as refused.
 MAX_ATTEMPTS = 40
@@ -110,7 +109,11 @@ class AutotuneSampler(BaseSampler):
             self.constraints,
             self.fill,
             crashes=self.learn_from_crashes,
-            focus=load_focus(self.space, trial.number),
+            focus=load_focus(
+                self.space,
+                trial.number,
+                study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+            ),
         )
         seen = _tried(study)
         proposal: dict[str, Any] = {}
@@ -230,14 +233,40 @@ class AutotuneSampler(BaseSampler):
         return out
 
 
-def load_focus(space: SearchSpace, number: int) -> str | None:
+def load_focus(space: SearchSpace, number: int, trials: Sequence[FrozenTrial] = ()) -> str | None:
     """The load point the proposal of trial ``number`` aims at: none for even numbers (the
-    weighted objective), the mix's points in turn for odd ones. Only single-objective studies
-    with two or more load points are focused."""
+    weighted objective); for odd ones, in turn, the points whose best measured trial is not the
+    weighted objective's best (those whose own best lies elsewhere), or every point while all
+    agree. Only single-objective studies with two or more load points are focused."""
     points = space.objective.loads
     if len(points) < 2 or len(space.objective.metrics) > 1 or number % 2 == 0:
         return None
-    return points[(number // 2) % len(points)].label
+    labels = [p.label for p in points]
+    apart = _apart(labels, trials, space.objective.direction == "maximize")
+    pool = apart or labels
+    return pool[(number // 2) % len(pool)]
+
+
+def _apart(labels: Sequence[str], trials: Sequence[FrozenTrial], maximize: bool) -> list[str]:
+    """The load points whose best measured trial (the baseline aside) is not the best by the
+    weighted objective."""
+    sign = 1.0 if maximize else -1.0
+    records = [
+        (t.number, TrialRecord.from_trial(t))
+        for t in trials
+        if t.state == TrialState.COMPLETE and t.values
+    ]
+    records = [(n, r) for n, r in records if r.role != "baseline" and r.measured and r.loads]
+    weighted = [(sign * r.value, n) for n, r in records if r.value is not None]
+    if not weighted:
+        return []
+    best = max(weighted)[1]
+    out = []
+    for label in labels:
+        at = [(sign * v, n) for n, r in records if (v := r.at_load(label)) is not None]
+        if at and max(at)[1] != best:
+            out.append(label)
+    return out
 
 
 def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -296,17 +325,19 @@ def build_sampler(
     n_startup_trials: int = 6,
     learn_from_crashes: bool = True,
 ) -> AutotuneSampler:
-    """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE).
+    """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE)
+    or PyTorch is missing here (then TPE; see :mod:`autotune.study._choice`).
 
     Both handle a multi-objective study (GPSampler: log expected hypervolume improvement,
     constrained; TPE: its multi-objective split), with the same constraints.
 
     ``learn_from_crashes=False`` hides crashes from the base sampler's model (the search
     benchmark's ``no-learning`` ablation).
+
+    Raises:
+        ConfigError: an unknown sampler, or ``gp`` without PyTorch.
     """
-    choice = name
-    if choice == "auto":
-        choice = "tpe" if space.conditional else "gp"
+    choice = choose_sampler(name, conditional=space.conditional).name
     base: optuna.samplers.BaseSampler
     if choice == "gp":
         base = optuna.samplers.GPSampler(
@@ -319,13 +350,10 @@ def build_sampler(
             multivariate=True,
             group=space.conditional,
             constant_liar=True,
-            warn_independent_sampling=False,
         )
-    elif choice == "random":
+    else:
         base = optuna.samplers.RandomSampler(seed=seed)
         n_startup_trials = 10**9
-    else:
-        raise ConfigError(f"unknown sampler {name!r}", hint="choose one of: " + ", ".join(SAMPLERS))
     return AutotuneSampler(
         base,
         space,

@@ -62,7 +62,7 @@ class StudyOptions:
             ConfigError: a study name unsafe as a file name, an in-memory storage, a count,
                 timeout or seed out of range, an unknown sampler.
         """
-        from autotune.study._sampler import SAMPLERS
+        from autotune.study._choice import SAMPLERS
         from autotune.study._storage import check_storage_url, check_study_name
 
         if self.study_name is not None:

@@ -61,6 +61,42 @@ class ArmFigure:
 
 
 @dataclass(frozen=True)
+class LoadChoice:
+    """With a load mix: the candidate with the best confirmed ratio to the baseline at one load
+    point (below 1: no candidate beats the baseline there)."""
+
+    label: str
+    key: str
+    trial: int | None
+    ratio: float
+    low: float
+    high: float
+    #: Rounds in which it and the baseline were both measured at that point.
+    runs: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LoadChoice:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def line(self) -> str:
+        tail = (
+            ""
+            if self.low > 1.0
+            else " (not beyond noise)"
+            if self.high >= 1.0
+            else (" (below the baseline: no speculation wins here)")
+        )
+        return (
+            f"    at {self.label}: {self.key} x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] "
+            f"over the baseline there, {self.runs} rounds{tail}"
+        )
+
+
+@dataclass(frozen=True)
 class Verdict:
     """What the confirmation concluded (see the module docstring)."""
 
@@ -76,6 +112,8 @@ class Verdict:
     confidence: float = 0.95
     margin: float = 0.01
     notes: tuple[str, ...] = field(default=())
+    #: With a load mix: each load point's confirmed winner among the candidates.
+    loads: tuple[LoadChoice, ...] = ()
 
     @property
     def pays(self) -> bool:
@@ -86,6 +124,7 @@ class Verdict:
         out["leader"] = None if self.leader is None else self.leader.to_dict()
         out["arms"] = [a.to_dict() for a in self.arms]
         out["notes"] = list(self.notes)
+        out["loads"] = [c.to_dict() for c in self.loads]
         return out
 
     @classmethod
@@ -105,6 +144,7 @@ class Verdict:
                 confidence=float(data.get("confidence") or 0.95),
                 margin=float(data.get("margin") or 0.01),
                 notes=tuple(str(n) for n in data.get("notes") or ()),
+                loads=tuple(LoadChoice.from_dict(c) for c in data.get("loads") or ()),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -124,8 +164,14 @@ class Verdict:
                 f"    {arm.key}: {arm.interval()} over the baseline, {arm.runs} runs"
                 f"{failed}{searched}{state}"
             )
+        if self.loads:
+            out.append("  confirmed best at each load point:")
+            out += [c.line() for c in self.loads]
         out += [f"    {n}" for n in self.notes]
         return out
+
+    def load_choice(self, label: str) -> LoadChoice | None:
+        return next((c for c in self.loads if c.label == label), None)
 
 
 def judge(
@@ -137,6 +183,7 @@ def judge(
     spec: ConfirmSpec,
     shown: Sequence[str] = (),
     notes: Sequence[str] = (),
+    loads: Sequence[LoadChoice] = (),
 ) -> Verdict:
     """The verdict of the candidates' figures: the leader (best ratio among those standing)
     against 1 (see the module docstring). ``shown``: the knobs the headline names."""
@@ -154,6 +201,7 @@ def judge(
             confidence=spec.confidence,
             margin=spec.margin,
             notes=tuple(notes),
+            loads=tuple(loads),
         )
 
     standing = [f for f in figures if f.dropped is None and f.ratio is not None]

@@ -13,6 +13,7 @@ from autotune.engines.sglang import SGLANG_CRASH_RULES as RULES
 DATA = Path(__file__).resolve().parent / "data"
 REAL = DATA / "sglang_logs"
 UNSEEN = DATA / "unseen"
+ISSUES = DATA / "issues"
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class Labelled:
     path: Path
     category: str
     line: int | None  # None: the label file does not say, or nothing decides
+    split: str = ""  # issue-thread logs: "dev", or "held_out" (kept out of sight of rule writing)
 
 
 def labels(folder: Path) -> list[Labelled]:
@@ -28,12 +30,13 @@ def labels(folder: Path) -> list[Labelled]:
     out = []
     for row in rows:
         line = row.get("line") or ""
-        out.append(Labelled(folder / row["file"], row["category"], int(line) if line else None))
+        number = int(line) if line else None
+        out.append(Labelled(folder / row["file"], row["category"], number, row.get("split") or ""))
     return out
 
 
 def all_logs() -> list[Labelled]:
-    return labels(REAL) + labels(UNSEEN)
+    return labels(REAL) + labels(UNSEEN) + labels(ISSUES)
 
 
 def raw_lines(path: Path) -> list[str]:

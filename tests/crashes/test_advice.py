@@ -11,7 +11,7 @@ from autotune.crashes import (
 )
 from autotune.engines.sglang._crash_advice import advise
 
-from ._data import REAL, UNSEEN, classify_file, classify_text
+from ._data import ISSUES, REAL, UNSEEN, classify_file, classify_text
 
 
 def test_every_category_has_advice() -> None:
@@ -60,3 +60,38 @@ def test_other_crash_advice_for_known_non_tuning_causes() -> None:
     assert "architecture" in classify_file(REAL / "20_other_crash.log").advice
     assert "symm" in classify_file(UNSEEN / "u07_torch_symm_mem_sm120_slurm.log").advice
     assert "loading weights" in classify_file(UNSEEN / "u16_loading_only.log").advice
+
+
+def test_kv_pool_advice_points_the_way_the_failure_does() -> None:
+    # a CUDA OOM inside the pool's allocation: the pool sized from the fraction was too big
+    allocated = classify_file(ISSUES / "g01_kv_pool_cuda_oom_create_buffers_docker.log")
+    assert allocated.category == "oom_kv_pool"
+    assert allocated.advice.startswith("lower --mem-fraction-static")
+    # no room left for any pool: the fraction must grow
+    empty = classify_file(ISSUES / "g07_profiled_kv_negative_dp_ranks.log")
+    assert empty.category == "oom_kv_pool"
+    assert empty.advice.startswith("raise --mem-fraction-static") and "empty" in empty.advice
+
+
+def test_kv_pool_advice_uses_the_fraction_sglang_suggests() -> None:
+    text = (
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under\n"
+        "--mem-fraction-static=0.7. Raise --mem-fraction-static above 0.773\n"
+        "(minimum viable = 1 - available/pre = 0.7725). If using speculative decoding, draft "
+        "weights are now counted.\n"
+    )
+    advice = classify_text(text).advice
+    assert advice.startswith("raise --mem-fraction-static above 0.773")
+    assert "0.7725" in advice and "current value 0.7" in advice
+    # a suggestion at or below the value in use: raising the fraction is not the way out
+    below = text.replace("0.773", "0.66").replace("0.7725", "0.6590")
+    assert classify_text(below).advice.startswith("raising --mem-fraction-static will not help")
+    cut = classify_file(ISSUES / "g36_kv_budget_valueerror_at_profile.log").advice
+    assert cut.startswith("raise --mem-fraction-static") and "current value 0.9" in cut
+
+
+def test_kernel_library_architecture_advice() -> None:
+    advice = classify_file(ISSUES / "g04_flashinfer_tllmgen_unsupported_arch.log").advice
+    assert "kernel library" in advice and "--attention-backend" in advice
+    symm_mem = classify_file(UNSEEN / "u07_torch_symm_mem_sm120_slurm.log").advice
+    assert "kernel library" not in symm_mem and "--enable-torch-symm-mem" in symm_mem

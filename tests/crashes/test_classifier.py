@@ -306,3 +306,29 @@ def test_classification_to_dict() -> None:
         "is_crash": True,
     }
     assert not Classification("ready", None, None, "ok").is_crash
+
+
+def test_source_lines_pasted_without_indentation_are_code_not_causes() -> None:
+    text = "\n".join(
+        [
+            'File "/sgl-workspace/sglang/python/sglang/srt/distributed/pynccl_wrapper.py", line '
+            "350, in NCCL_CHECK",
+            'raise RuntimeError(f"NCCL error: {error_str}")',
+            "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO)",
+        ]
+    )
+    result = classify_text(text + "\n")
+    assert (result.category, result.line_number) == ("nccl_error", 3)
+    # not under a frame, the same text is a log line like any other
+    assert new_live().feed('raise RuntimeError(f"NCCL error: {error_str}")') is not None
+
+
+def test_a_crash_written_onto_a_progress_line_is_still_a_crash() -> None:
+    line = (
+        "Capturing batches (bs=64 avail_mem=11.08 GB): 0%| | 0/11 [00:00<?, ?it/s] "
+        "[2025-09-18 03:27:45 DP1 TP0] Scheduler hit an exception: Traceback (most recent call "
+        "last):"
+    )
+    assert classify_text(line + "\n").category == "other_crash"
+    bar = "Capturing batches (bs=64 avail_mem=11.08 GB): 0%| | 0/11 [00:00<?, ?it/s]"
+    assert classify_text(bar + "\n").category == "starting"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.crashes import CRASH_CATEGORIES
+from autotune.crashes import CRASH_CATEGORIES, TAG_DRAFT
 from autotune.engines.sglang import _crash_rules as rules
 from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES as RULES
 
@@ -39,7 +39,7 @@ def test_frames_and_their_tags() -> None:
     assert rules.frame_tags(path, func) == {rules.TAG_KV_POOL}
     assert RULES.parse_frame('  File "/sgl-workspace/sglang/py') == ("/sgl-workspace/sglang/py", "")
     graph = rules.frame_tags("/s/speculative/eagle_draft_cuda_graph_runner.py", "__init__")
-    assert graph == {rules.TAG_CAPTURE, rules.TAG_DRAFT}
+    assert graph == {rules.TAG_CAPTURE, TAG_DRAFT}
     assert rules.TAG_CAPTURE not in rules.frame_tags("/s/cuda_graph_runner.py", "replay")
     assert rules.TAG_SYMM_MEM in rules.frame_tags("/s/torch_symm_mem.py", "__init__")
     assert rules.TAG_ARGS in rules.frame_tags("/s/srt/server_args.py", "__post_init__")

@@ -8,11 +8,13 @@ study artifact (not as a user attribute); a study of two objectives shows its Pa
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import optuna
 import pytest
-from study._helpers import StudyRun
+from optuna.trial import TrialState
+from study._helpers import StudyRun, run_cli, small_space, start_study
 
 from ._browser import Page, find_chromium, render, serve_dashboard
 
@@ -130,4 +132,43 @@ def test_a_two_objective_study_shows_its_pareto_front(chromium: str, tmp_path: P
     assert "output_tok_s" in card and "itl_p99_ms" in card
     # plotly drew one marker per trial in the front's plot
     assert top.count("path", "point", inside="graph-pareto-front") == len(points)
+    assert "Objective 0" not in top.text
+
+
+def test_a_two_objective_study_autotune_ran_shows_the_front_the_report_lists(
+    chromium: str, tmp_path: Path
+) -> None:
+    """Throughput against TTFT, measured by ``autotune study start`` on the simulated server: the
+    dashboard's Pareto front card names both metrics, draws every measured trial, and the report
+    lists the same front that Optuna computes from the stored study."""
+    base = {"cuda_graph_max_bs": 32, "mem_fraction_static": 0.85}
+    configs = [
+        {
+            **base,
+            "speculative_num_steps": steps,
+            "speculative_eagle_topk": topk,
+            "speculative_num_draft_tokens": draft,
+        }
+        for steps, topk, draft in ((1, 1, 2), (5, 8, 32), (3, 4, 8))
+    ]
+    space = small_space(
+        tmp_path / "spaces",
+        configs=configs,
+        edit={"objective": {"metrics": ["output_tok_s", "ttft_p99_ms"]}},
+    )
+    run = start_study(space, "front", 6, tmp_path / "studies")
+    study = run.load()
+    measured = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    assert len(measured) >= 4
+    report = run_cli("study", "report", *run.cli_args(), "--json")
+    assert report.returncode == 0, report.describe()
+    front = sorted(row["number"] for row in json.loads(report.stdout)["pareto_front"])
+    assert front == sorted(t.number for t in study.best_trials)
+
+    with serve_dashboard(*run.cli_args()) as (url, _):
+        top = render(chromium, f"{url}/dashboard/studies/1")
+    assert "Pareto Front" in top.text
+    card = top.text[top.text.index("Pareto Front") :]
+    assert "output_tok_s" in card and "ttft_p99_ms" in card
+    assert top.count("path", "point", inside="graph-pareto-front") == len(measured)
     assert "Objective 0" not in top.text

@@ -9,6 +9,8 @@ import pytest
 
 from autotune.server import ServerProcess
 
+from ._box import Box
+
 
 @pytest.fixture
 def start_server() -> Iterator[Callable[..., ServerProcess]]:
@@ -23,3 +25,13 @@ def start_server() -> Iterator[Callable[..., ServerProcess]]:
     yield start
     for proc in started:
         proc.stop(term_timeout_s=0.1, kill_timeout_s=10)
+
+
+@pytest.fixture
+def box() -> Iterator[Box]:
+    """A PID namespace standing for a container (skipped where none can be made)."""
+    made = Box()
+    try:
+        yield made
+    finally:
+        made.close()

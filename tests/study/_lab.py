@@ -143,6 +143,7 @@ class StudyLab:
         confirm: Any = False,
         noise: float = 0.0,
         workload: dict[str, Any] | None = None,
+        launch_prefix: Sequence[str] = (),
     ) -> Path:
         """Write a space of the fast simulated system with a tiny workload; its path
         (``confirm``: the space's confirm section, off unless a test confirms)."""
@@ -171,6 +172,8 @@ class StudyLab:
         }
         if python is not None:
             engine["python"] = python
+        if launch_prefix:
+            engine["launch_prefix"] = list(launch_prefix)
         data = {
             "name": name,
             "engine": engine,

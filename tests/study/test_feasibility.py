@@ -230,3 +230,62 @@ def test_kv_pool_lessons_follow_the_releases_accounting_of_draft_weights(tmp_pat
     assert "SGLang 0.5.3" in refused(old, "none").reason
     assert "before any draft is loaded" in refused(old, "none").reason
     assert check(old, {"speculative_algorithm": "none", "mem_fraction_static": 0.86}) is None
+
+
+OOM_IN_POOL = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 MiB. GPU 0 has a total "
+    "capacity of 23.52 GiB of which 13.00 MiB is free."
+)
+NO_ROOM = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+
+
+def test_a_kv_pool_that_ran_out_of_gpu_memory_condemns_every_higher_fraction(
+    feasibility: Feasibility,
+) -> None:
+    crashed = params(mem_fraction_static=0.85)
+    feasibility.learn([(5, crashed, Outcome.OOM_KV_POOL)], {5: OOM_IN_POOL})
+    higher = check(feasibility, params(mem_fraction_static=0.86, cuda_graph_max_bs=16))
+    assert higher is not None and "trial 5" in higher.reason and "allocated" in higher.reason
+    assert higher.knob == LessonKind.KV_ABOVE.knob == "mem_fraction_static"
+    assert check(feasibility, params(mem_fraction_static=0.84)) is None
+    # the budget message of the same category teaches the other way
+    feasibility.learn([(5, crashed, Outcome.OOM_KV_POOL)], {5: NO_ROOM})
+    assert check(feasibility, params(mem_fraction_static=0.84)) is not None
+    assert check(feasibility, params(mem_fraction_static=0.86)) is None
+
+
+def test_learning_from_a_study_reads_the_line_that_decided_each_crash(
+    feasibility: Feasibility,
+) -> None:
+    import optuna
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+    from optuna.trial import TrialState, create_trial
+
+    ints = IntDistribution(1, 512)
+    distributions = {
+        "speculative_num_steps": ints,
+        "speculative_eagle_topk": ints,
+        "speculative_num_draft_tokens": ints,
+        "cuda_graph_max_bs": ints,
+        "mem_fraction_static": FloatDistribution(0.5, 0.99),
+        "allreduce": CategoricalDistribution(["nccl", "custom"]),
+    }
+    study = optuna.create_study()
+    for fraction, line in ((0.9, OOM_IN_POOL), (0.8, NO_ROOM)):
+        study.add_trial(
+            create_trial(
+                state=TrialState.PRUNED,
+                params=params(mem_fraction_static=fraction),
+                distributions=distributions,
+                user_attrs={"outcome": "oom_kv_pool", "failure_line": line},
+            )
+        )
+    feasibility.learn_from(study)
+    assert feasibility.lessons == 2
+    assert check(feasibility, params(mem_fraction_static=0.95)) is not None  # >= 0.9
+    assert check(feasibility, params(mem_fraction_static=0.75)) is not None  # <= 0.8
+    assert check(feasibility, params(mem_fraction_static=0.85)) is None  # between them

@@ -373,6 +373,7 @@ def make_launch(
         host=spec.host,
         secret_env=secret,
         api_key=api_key_of(spec.extra_args),
+        prefix=tuple(spec.launch_prefix),
     )
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 from autotune.crashes import TAG_LOADING, AdviceContext
-from autotune.engines.sglang._crash_rules import TAG_SYMM_MEM, is_collective_timeout
+from autotune.engines.sglang import _crash_memory as memory
+from autotune.engines.sglang._crash_rules import TAG_KERNEL, TAG_SYMM_MEM, is_collective_timeout
 
 _AMBIGUOUS = re.compile(r"ambiguous option: (--?[\w-]+)(?:=\S*)? could match (.+)")
 _UNRECOGNIZED = re.compile(r"unrecognized arguments?: (.+)")
@@ -28,10 +29,45 @@ def _value(ctx: AdviceContext) -> str:
 
 
 def _kv_pool(ctx: AdviceContext) -> str:
+    evidence = ctx.evidence or ""
+    if memory.is_cuda_oom(evidence):
+        # the pool SGLang sized from the fraction did not fit the memory actually free
+        return (
+            f"lower --mem-fraction-static ({_value(ctx)}): the KV pool sized from it ran out of "
+            "GPU memory while being allocated (the draft model's pool on top of the target's, or "
+            "memory another process holds); free the GPU or leave more outside the static pool"
+        )
+    suggested = ctx.settings.get(memory.SUGGESTED)
+    if suggested and _at_least(ctx.settings.get("mem_fraction_static"), suggested):
+        return (
+            f"raising --mem-fraction-static will not help: the weights leave no GPU memory for the "
+            f"KV pool at {ctx.settings['mem_fraction_static']}, above the {suggested} SGLang "
+            "suggests; use a higher --tp-size, a quantised checkpoint or a smaller draft model"
+        )
+    if suggested:
+        minimum = ctx.settings.get(memory.MINIMUM)
+        floor = f"SGLang's minimum viable value {minimum}, " if minimum else ""
+        return (
+            f"raise --mem-fraction-static above {suggested} ({floor}{_value(ctx)}): the loaded "
+            "weights, draft weights included, leave no GPU memory for the KV pool"
+        )
+    if memory.is_nonpositive_pool(evidence):
+        return (
+            f"raise --mem-fraction-static ({_value(ctx)}): the KV pool profiled after the weights "
+            "came out empty (zero or fewer tokens), so the weights leave no room for it"
+        )
     return (
         "raise --mem-fraction-static: the KV pool did not fit after the target and draft "
         f"weights ({_value(ctx)})"
     )
+
+
+def _at_least(value: str | None, floor: str) -> bool:
+    """``value`` (a fraction the log shows) is at or above ``floor``."""
+    try:
+        return value is not None and float(value) >= float(floor)
+    except ValueError:
+        return False
 
 
 def _cuda_graph(ctx: AdviceContext) -> str:
@@ -74,6 +110,12 @@ def _arch(ctx: AdviceContext) -> str:
         return (
             "torch symmetric memory does not support this GPU (or this world size): drop "
             "--enable-torch-symm-mem and pick another all-reduce mode"
+        )
+    if TAG_KERNEL in ctx.tags or "unsupported architecture" in evidence:
+        return (
+            "a kernel library (FlashInfer, sgl-kernel, DeepGEMM, Triton) has no kernel for this "
+            "GPU architecture on the path that failed: choose another --attention-backend, MoE or "
+            "GEMM backend or quantisation, or install a build of the library for this GPU"
         )
     return (
         "this GPU architecture is not supported by the code path that failed: drop the option "

@@ -1,9 +1,11 @@
 """What SGLang log lines mean: the patterns behind every crash category.
 
 Each function reads one normalised line (see :mod:`autotune.crashes._lines`) and answers one
-question: is it a specific cause, a generic sign of a crash, a hint, a warning, noise? What the
-frames of a traceback were doing is told by :func:`frame_tags`. The wording comes from SGLang,
-PyTorch, NCCL and argparse themselves. Context that a single line cannot carry (the frames above
+question: is it a specific cause, a generic sign of a crash, a hint, a warning, noise? Where in
+the code a traceback's error was raised is told by :mod:`._crash_frames`, the memory messages
+(the KV pool in every wording, which way an out-of-memory error points) are read by
+:mod:`._crash_memory`. The wording comes from SGLang, PyTorch, NCCL, argparse and the kernel
+libraries themselves. Context that a single line cannot carry (the frames above
 an exception, the start-up phase) is passed in by the caller: the generic classifier of
 :mod:`autotune.crashes`, through :class:`~autotune.engines.sglang._crashes.SGLangCrashRules`.
 """
@@ -12,7 +14,17 @@ from __future__ import annotations
 
 import re
 
-from autotune.crashes import TAG_DRAFT, TAG_LOADING
+from autotune.crashes import TAG_LOADING
+from autotune.engines.sglang import _crash_memory as memory
+from autotune.engines.sglang._crash_frames import TAG_ARGS as TAG_ARGS
+from autotune.engines.sglang._crash_frames import TAG_CAPTURE as TAG_CAPTURE
+from autotune.engines.sglang._crash_frames import TAG_FORWARD as TAG_FORWARD
+from autotune.engines.sglang._crash_frames import TAG_HINTS as TAG_HINTS
+from autotune.engines.sglang._crash_frames import TAG_KERNEL as TAG_KERNEL
+from autotune.engines.sglang._crash_frames import TAG_KV_POOL as TAG_KV_POOL
+from autotune.engines.sglang._crash_frames import TAG_NCCL as TAG_NCCL
+from autotune.engines.sglang._crash_frames import TAG_SYMM_MEM as TAG_SYMM_MEM
+from autotune.engines.sglang._crash_frames import frame_tags as frame_tags
 
 #: When a log shows several specific causes, the first of these wins. A port taken comes late (a
 #: server that died of something else never got to bind it); NCCL failures come last: they are
@@ -28,43 +40,11 @@ CAUSE_PRIORITY: tuple[str, ...] = (
     "nccl_error",
 )
 
-# Traceback frame tags (what the code a frame belongs to was doing); TAG_DRAFT and TAG_LOADING are
-# the classifier's own (it adds them from the start-up phase).
-TAG_CAPTURE = "capture"
-TAG_KV_POOL = "kv_pool"
-TAG_SYMM_MEM = "symm_mem"
-TAG_ARGS = "args"
-TAG_NCCL = "nccl"
-
-#: Which category an unfinished traceback (frames, no exception line) points to, best first.
-TAG_HINTS: tuple[tuple[str, str], ...] = (
-    (TAG_KV_POOL, "oom_kv_pool"),
-    (TAG_CAPTURE, "graph_capture_other"),
-    (TAG_SYMM_MEM, "unsupported_arch"),
-    (TAG_ARGS, "bad_args"),
-    (TAG_NCCL, "nccl_error"),
-)
-
-# graph-capture functions (capture, capture_one_batch_size, _capture_graph, ..._capture_cuda_graph),
-# not EAGLE's capture_for_decode or hidden-state capture, which run while serving
-_CAPTURE_FUNC = re.compile(r"(?:^|_)capture(?:$|_one|_graph|_init|_end|_begin|_cuda)")
-
-_KV_POOL = re.compile(
-    r"Not enough memory\.?\s*Please (?:try to )?increase --mem[-_]fraction[-_]static", re.I
-)
 _CAPTURE_FAILED = re.compile(
     r"captur\w* (?:the )?cuda ?graphs? failed|cuda graph captur\w* failed"
     r"|failed to capture (?:the )?cuda ?graph",
     re.I,
 )
-_OOM = re.compile(
-    r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
-    r"|CUBLAS_STATUS_ALLOC_FAILED|CUBLAS_STATUS_NOT_INITIALIZED|HIP out of memory",
-    re.I,
-)
-_OOM_WORDS = re.compile(r"\bout of memory\b", re.I)
-_HOST_MEMORY = re.compile(r"CPUAllocator|host memory|oom[-_]kill|pinned memory", re.I)
-_KV_RUNTIME = re.compile(r"\b(?:Prefill|Decode|Extend) out of memory\.", re.I)
 _CAPTURE_OP = re.compile(
     r"operation not permitted when stream is capturing|cudaErrorStreamCapture\w*"
     r"|operation failed due to a previous error during capture"
@@ -81,6 +61,14 @@ _NCCL = re.compile(
     r"|ProcessGroupNCCL\S*\s.{0,80}(?:timed out|timeout|exception)",
     re.I,
 )
+# torch's NCCL watchdog reporting a CUDA error of the GPU (an illegal memory access): the watchdog
+# is only the messenger, the failure is the CUDA error
+_WATCHDOG_CUDA_ERROR = re.compile(
+    r"watchdog thread terminated with exception:\s*(?:\[[^\]]*\]\s*)*CUDA error(?!.*nccl)", re.I
+)
+# "terminate called after throwing an instance of 'c10::DistBackendError'": a dying process; the
+# what() line after it carries the cause
+_TERMINATE = re.compile(r"terminate called after throwing")
 #: A port another program holds: uvicorn's bind, torch's TCPStore, ZMQ ("[Errno 98] error while
 #: attempting to bind on address ...: address already in use", "code: -98, name: EADDRINUSE").
 _PORT_IN_USE = re.compile(
@@ -103,9 +91,14 @@ _ARCH = re.compile(
     r"|required|requires|too (?:low|old))"
     r"|Minimum capability: ?\d+"
     r"|(?:unsupported|not supported|unknown) (?:gpu|cuda|sm|device) arch"
+    # a kernel library's own check: "Unsupported architecture" (FlashInfer's TllmGenFmhaRunner,
+    # DeepGEMM's assertions), not a model class ("Unsupported architecture: FooForCausalLM")
+    r"|\bunsupported (?:compute )?architecture\b(?!s?\s*[:=]?\s*\[?['\"]?\w*For[A-Z])"
+    r"|\bunsupported target\b[^.;]{0,80}\bsm_?\d{2,3}"
+    r"|(?:not supported|unsupported|not available) (?:on|for) (?:sm_?|SM ?)\d{2,3}[af]?\b"
     r"|\bsm_?\d{2,3}[af]?\b[^.;]{0,40}?\b(?:not supported|unsupported|is not compatible)"
-    r"|(?:not supported|unsupported|only (?:supported|available)) on (?:this|the current|your)"
-    r" (?:gpu|device|architecture|hardware)"
+    r"|(?:not supported|unsupported|only (?:supported|available)) (?:on|in|for) (?:this|the current"
+    r"|your) (?:gpu|device|architecture|arch|hardware)"
     r"|(?:only supports?|requires?|only supported on|only available on|needs) (?:an? )?"
     r"(?:Ampere|Hopper|Blackwell|Ada|Turing|Volta|sm_?\s*(?:>=?|\+)?\s*\d{2,3}"
     r"|GPUs? with compute capability)"
@@ -113,6 +106,8 @@ _ARCH = re.compile(
     r"|out of resource: shared memory",
     re.I,
 )
+# what a kernel library's own check says when it rejects the GPU (raised in its frames)
+_KERNEL_ARCH_WORDS = re.compile(r"\barch|\bsm_?\d{2,3}|\bSM ?\d{2,3}\b|compute capability", re.I)
 _MODEL_ARCH = re.compile(r"Model architectures?\b|architectures? \[", re.I)
 _ERRORISH = re.compile(r"error|fail|what\(\)|fatal|abort|exception|^\s*\[E\d", re.I)
 _ARGPARSE = re.compile(
@@ -164,6 +159,7 @@ _TRIGGER = re.compile(
     r"|terminat|mem_fraction|mem-fraction|what\(\)|warn|load weight|exit|fatal|not supported"
     r"|only support|multicast|resource|address|unrecognized|ambiguous|watchdog|require"
     r"|option|segment|dump|\[e\d|fail|interrupt|cuda graph|kv cache|eaddrinuse|errno 98"
+    r"|profiled value|max_total_num_tokens|kv pool|minimum viable"
 )
 
 
@@ -178,41 +174,9 @@ def is_noise(line: str) -> bool:
 
 
 def is_warning(line: str) -> bool:
-    """A warning-level line: it can hint at a cause but never decides a crash."""
-    return _WARNING.search(line) is not None
-
-
-def frame_tags(path: str, func: str) -> frozenset[str]:
-    """What the code of one frame was doing, as far as its file and function tell."""
-    p = path.lower()
-    f = func.lower()
-    tags: set[str] = set()
-    capturing = (
-        _CAPTURE_FUNC.search(f) is not None
-        or "init_cuda_graph" in f
-        or "cudagraphrunner" in f
-        or "torch/cuda/graphs.py" in p
-    )
-    if (capturing and "replay" not in f) or ("cuda_graph_runner" in p and f == "__init__"):
-        tags.add(TAG_CAPTURE)
-    if "draft" in p or "draft" in f:
-        tags.add(TAG_DRAFT)
-    if f in ("init_memory_pool", "profile_max_num_token") or "pool_configurator" in p:
-        tags.add(TAG_KV_POOL)
-    if "symm_mem" in p or "symmetric_memory" in p or "symmmem" in f:
-        tags.add(TAG_SYMM_MEM)
-    if (
-        p.endswith("server_args.py")
-        or "/arg_groups/" in p
-        or "speculative_hook" in p
-        or f in ("prepare_server_args", "check_server_args", "from_cli_args")
-    ):
-        tags.add(TAG_ARGS)
-    if "nccl" in p or "nccl" in f:
-        tags.add(TAG_NCCL)
-    if "model_loader" in p or f in ("load_model", "load_weights", "get_model", "create_weights"):
-        tags.add(TAG_LOADING)
-    return frozenset(tags)
+    """A warning-level line: it can hint at a cause but never decides a crash (a KV pool of no
+    tokens decides, at whatever level it is logged)."""
+    return _WARNING.search(line) is not None and not memory.is_nonpositive_pool(line)
 
 
 def specific_cause(
@@ -228,28 +192,15 @@ def specific_cause(
     ended. A failure inside graph capture that is not a memory shortage is
     ``graph_capture_other`` whatever its text (SGLang wraps it as "Capture cuda graph failed").
     """
+    if _TERMINATE.search(line):
+        return None
+    at = memory.kv_pool_message(line, exception, tags)
+    if at is not None:
+        return "oom_kv_pool", at
+    found = _memory_cause(line, exception, tags, capture_phase)
+    if found is not None:
+        return found
     in_capture_tb = exception is not None and TAG_CAPTURE in tags
-    m = _KV_POOL.search(line)
-    if m is not None:
-        return "oom_kv_pool", m.start()
-    if exception is not None and not _HOST_MEMORY.search(line):
-        message = exception[1].lower()
-        if message.startswith("not enough memory") or (
-            TAG_KV_POOL in tags and "not enough memory" in message
-        ):
-            return "oom_kv_pool", 0
-    m = _CAPTURE_FAILED.search(line)
-    if m is not None:
-        oom = _OOM.search(line) is not None or _OOM_WORDS.search(line) is not None
-        return ("oom_cuda_graph" if oom else "graph_capture_other"), m.start()
-    m = _KV_RUNTIME.search(line)
-    if m is not None:
-        return "oom_runtime", m.start()
-    m = _OOM.search(line)
-    if m is None and exception is not None and not _HOST_MEMORY.search(line):
-        m = _OOM_WORDS.search(line)
-    if m is not None:
-        return _oom_category(tags, capture_phase), m.start()
     m = _CAPTURE_OP.search(line)
     if m is not None:
         return "graph_capture_other", m.start()
@@ -257,7 +208,7 @@ def specific_cause(
     if m is not None:
         return "port_in_use", m.start()
     m = _NCCL.search(line)
-    if m is not None:
+    if m is not None and not _WATCHDOG_CUDA_ERROR.search(line):
         return ("graph_capture_other" if in_capture_tb else "nccl_error"), m.start()
     if exception is not None or _ERRORISH.search(line):
         m = _ARCH.search(line)
@@ -271,12 +222,27 @@ def specific_cause(
     return None
 
 
-def _oom_category(tags: frozenset[str], capture_phase: bool) -> str:
-    if TAG_CAPTURE in tags:
-        return "oom_cuda_graph"
-    if tags & {TAG_LOADING, TAG_KV_POOL}:
-        return "oom_runtime"
-    return "oom_cuda_graph" if capture_phase else "oom_runtime"
+def _memory_cause(
+    line: str,
+    exception: tuple[str, str] | None,
+    tags: frozenset[str],
+    capture_phase: bool,
+) -> tuple[str, int] | None:
+    """A capture that failed (out of memory or not), the KV pool out of slots while serving, or a
+    GPU out-of-memory error, whose category follows where it was raised."""
+    m = _CAPTURE_FAILED.search(line)
+    if m is not None:
+        oom = memory.OOM.search(line) is not None or memory.OOM_WORDS.search(line) is not None
+        return ("oom_cuda_graph" if oom else "graph_capture_other"), m.start()
+    m = memory.KV_RUNTIME.search(line)
+    if m is not None:
+        return "oom_runtime", m.start()
+    m = memory.OOM.search(line)
+    if m is None and exception is not None and not memory.HOST_MEMORY.search(line):
+        m = memory.OOM_WORDS.search(line)
+    if m is not None:
+        return memory.oom_category(tags, capture_phase), m.start()
+    return None
 
 
 def _from_context(exception: tuple[str, str], tags: frozenset[str]) -> tuple[str, int] | None:
@@ -288,12 +254,14 @@ def _from_context(exception: tuple[str, str], tags: frozenset[str]) -> tuple[str
         kind == "KeyError" or "not supported" in lower or "capability" in lower
     ):
         return "unsupported_arch", 0
+    if TAG_KERNEL in tags and _KERNEL_ARCH_WORDS.search(message):
+        return "unsupported_arch", 0
     if TAG_NCCL in tags:
         return "nccl_error", 0
     if kind in _ARG_EXCEPTIONS:
         if TAG_ARGS in tags:
             return "bad_args", 0
-        if TAG_LOADING not in tags and _ARG_WORDS.search(message):
+        if not tags & {TAG_LOADING, TAG_FORWARD} and _ARG_WORDS.search(message):
             return "bad_args", 0
     return None
 

@@ -3,8 +3,9 @@
 :class:`SGLangCrashRules` hands the classifier of :mod:`autotune.crashes` the patterns of
 :mod:`autotune.engines.sglang._crash_rules`, the advice of
 :mod:`autotune.engines.sglang._crash_advice` and the healthy progress lines below: the ready line,
-serving lines, start-up steps and the ``--mem-fraction-static`` the server used. Progress lines
-never decide a crash; they tell how far a start-up got (for advice and for the ``ready`` /
+serving lines, start-up steps, the ``--mem-fraction-static`` the server used and the one SGLang's
+KV-budget message suggests, and which way a memory crash needs the fraction to move. Progress
+lines never decide a crash; they tell how far a start-up got (for advice and for the ``ready`` /
 ``running`` / ``starting`` verdicts).
 """
 
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
+from typing import Literal
 
 from autotune.crashes import AdviceContext, CrashRules, Progress
+from autotune.engines.sglang import _crash_memory as memory
 from autotune.engines.sglang import _crash_rules as rules
 from autotune.engines.sglang._crash_advice import advise
 
@@ -100,8 +103,20 @@ class SGLangCrashRules(CrashRules):
         return rules.hint_of(line)
 
     def settings(self, line: str) -> Mapping[str, str]:
+        found = dict(memory.fraction_settings(line))
         value = mem_fraction_value(line)
-        return {} if value is None else {"mem_fraction_static": value}
+        if value is not None:
+            found["mem_fraction_static"] = value
+        return found
+
+    def fraction_fix(self, category: str, evidence: str | None) -> Literal["raise", "lower"] | None:
+        """A KV pool that does not fit the budget needs a higher fraction; one that ran out of GPU
+        memory while allocated, and CUDA graphs that did not fit, need a lower one."""
+        if category == "oom_kv_pool":
+            return "lower" if memory.is_cuda_oom(evidence or "") else "raise"
+        if category == "oom_cuda_graph":
+            return "lower"
+        return None
 
     def pick_cause(self, found: Collection[str]) -> tuple[str, str] | None:
         if (

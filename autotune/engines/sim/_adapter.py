@@ -116,6 +116,8 @@ class SimEngine(SGLangRules):
 
     @property
     def python(self) -> str:
+        """``engine.python``, else this interpreter, behind a launch prefix too (the simulated
+        server runs where autotune is installed: a container that shares its files)."""
         return self.spec.python or sys.executable
 
     def flagset(self) -> FlagSet:
@@ -139,7 +141,8 @@ class SimEngine(SGLangRules):
             self._flags, self.spec, config, port=port, workload=workload
         )
         sim = self.spec.sim
-        argv = [self.python, "-m", "autotune.sim", *args, *self.spec.extra_args]
+        argv = [*self.spec.launch_prefix, self.python, "-m", "autotune.sim", *args]
+        argv += self.spec.extra_args
         argv += ["--sim-profile", sim.profile, "--sim-dialect", sim.dialect]
         argv += ["--sim-time-scale", repr(float(sim.time_scale))]
         argv += ["--sim-noise", repr(float(sim.noise))]

@@ -240,11 +240,11 @@ def test_secrets_never_reach_the_displayed_command() -> None:
 
 
 def test_prefix_and_interpreter_come_first() -> None:
-    argv = (
-        engine(launch_prefix=("docker", "exec", "sgl"), python="/opt/venv/bin/python")
-        .build_launch(EAGLE, port=1)
-        .argv
-    )
+    launch = engine(
+        launch_prefix=("docker", "exec", "sgl"), python="/opt/venv/bin/python"
+    ).build_launch(EAGLE, port=1)
+    argv = launch.argv
+    assert launch.prefix == ("docker", "exec", "sgl")
     assert argv[:7] == (
         "docker",
         "exec",

@@ -82,12 +82,17 @@ def test_sim_options_follow_the_sglang_flags() -> None:
 
 
 def test_the_interpreter_is_the_engine_python_when_given() -> None:
-    adapter = SimEngine(spec(python="/opt/py/bin/python", launch_prefix=("ignored",)))
-    assert adapter.build_launch(ServerConfig(), port=1).argv[:3] == (
-        "/opt/py/bin/python",
-        "-m",
-        "autotune.sim",
-    )
+    adapter = SimEngine(spec(python="/opt/py/bin/python"))
+    launch = adapter.build_launch(ServerConfig(), port=1)
+    assert launch.argv[:3] == ("/opt/py/bin/python", "-m", "autotune.sim")
+    assert launch.prefix == ()
+
+
+def test_the_launch_prefix_comes_first_and_is_marked_as_such() -> None:
+    adapter = SimEngine(spec(python="/opt/py/bin/python", launch_prefix=("podman", "exec", "b")))
+    launch = adapter.build_launch(ServerConfig(), port=1)
+    assert launch.argv[:4] == ("podman", "exec", "b", "/opt/py/bin/python")
+    assert launch.prefix == ("podman", "exec", "b")
 
 
 def test_an_unknown_dialect_is_refused() -> None:
