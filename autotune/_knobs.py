@@ -68,6 +68,11 @@ class ServerConfig:
     chunked_prefill_size: int | None = None
     attention_backend: str | None = None
     page_size: int | None = None
+    #: Adaptive speculation: the engine picks the steps at run time among candidate steps.
+    speculative_adaptive: bool | None = None
+    #: The engine's second speculative worker (overlap-scheduled), where a release offers the
+    #: choice; ``None``: the release's default.
+    spec_v2: bool | None = None
 
     @property
     def speculative(self) -> bool:
@@ -124,6 +129,10 @@ _INT_KNOBS = {
 }
 
 
+#: Switches whose unset value (``None``, ``auto``) leaves the choice to the engine.
+_OPTIONAL_SWITCHES = frozenset({"speculative_adaptive", "spec_v2"})
+
+
 def _coerce(key: str, raw: Any, source: str | None) -> Any:
     def bad(allowed: str) -> ConfigError:
         return ConfigError(f"{key}={raw!r} is not allowed: expected {allowed}", source=source)
@@ -162,7 +171,11 @@ def _coerce(key: str, raw: Any, source: str | None) -> Any:
         if not isinstance(raw, str) or raw.upper() not in SPECULATIVE_ALGORITHMS:
             raise bad("one of " + ", ".join(SPECULATIVE_ALGORITHMS))
         return raw.upper()
-    if key == "disable_cuda_graph":
+    if key in _OPTIONAL_SWITCHES and (
+        raw is None or (isinstance(raw, str) and raw.lower() in ("auto", "none", ""))
+    ):
+        return None
+    if key == "disable_cuda_graph" or key in _OPTIONAL_SWITCHES:
         if isinstance(raw, bool):
             return raw
         if isinstance(raw, str) and raw.lower() in ("true", "false", "1", "0", "yes", "no"):

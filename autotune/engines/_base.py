@@ -218,7 +218,8 @@ class Engine(abc.ABC):
     ) -> float | None:
         """GiB per GPU that the static memory of ``config`` must hold before any KV cache: the
         weights (``weights``, else :meth:`weights_gib` of its algorithm) shared over its
-        tensor-parallel ranks. ``None``: the target's size is unknown.
+        tensor-parallel ranks, the draft's only where :meth:`draft_in_static`. ``None``: the
+        target's size is unknown.
         """
         target, draft = (
             weights if weights is not None else self.weights_gib(config.speculative_algorithm)
@@ -227,7 +228,7 @@ class Engine(abc.ABC):
             return None
         tp = max(1, config.tp_size)
         need = target / tp
-        if config.speculative and draft is not None:
+        if config.speculative and draft is not None and self.draft_in_static():
             need += draft / tp
         return need
 
@@ -241,6 +242,12 @@ class Engine(abc.ABC):
         predicted from another start's ``reading``, with the arithmetic in the reason; ``None``
         when the prediction is not clear beyond the engine's margin."""
         return None
+
+    def draft_in_static(self) -> bool:
+        """Whether the draft model's weights come out of the static memory the engine sizes its
+        KV pool in (``mem_fraction_static``), as in SGLang from 0.5.14 and in the simulator.
+        When they do not, a KV pool that fails at a fraction fails there with any draft."""
+        return True
 
     @abc.abstractmethod
     def readiness(self) -> Readiness:

@@ -159,7 +159,8 @@ def resolve_launch(
                 warnings.append("speculative_num_draft_tokens is set to 12 by default for ngram "
                                 "speculative decoding. You can override this by explicitly "
                                 "setting --speculative-num-draft-tokens.")  # fmt: skip
-            topk = topk or 1
+            # SGLang sets NGRAM's top-k to its BFS breadth
+            topk = a.get("speculative_ngram_max_bfs_breadth") or topk or 1
             steps = steps or max(1, draft // topk)
         else:
             steps, topk, draft = _eagle_rules(a, algorithm, resolve, warnings, dialect)

@@ -120,6 +120,7 @@ def build_parser(dialect: str, prog: str | None = None) -> argparse.ArgumentPars
     add("--speculative-num-steps", type=int)
     add("--speculative-eagle-topk", type=int)
     add("--speculative-num-draft-tokens", type=int)
+    add("--speculative-ngram-max-bfs-breadth", type=int)
     add("--disable-radix-cache", action="store_true")
     add("--disable-overlap-schedule", action="store_true")
     add("--disable-custom-all-reduce", action="store_true")

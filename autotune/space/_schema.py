@@ -181,6 +181,13 @@ def _parse_parameters(root: Section, fixed: Mapping[str, Any]) -> tuple[ParamSpe
     return tuple(earlier.values())
 
 
+#: Environment variables a knob sets: the knob, and how to ask for what the variable would do.
+_OWNED_ENV = {
+    "NCCL_ALGO": ("allreduce", "use allreduce: nccl_tree or nccl_ring"),
+    "SGLANG_ENABLE_SPEC_V2": ("spec_v2", "use spec_v2: true or false (fixed or tuned)"),
+}
+
+
 def _check_knob(sec: Section, knob: Any) -> None:
     if knob in ENGINE_KNOBS:
         raise sec.error(
@@ -232,12 +239,9 @@ def _parse_engine(sec: Section, base: Path) -> EngineSpec:
                 hint="use letters, digits and '_', not starting with a digit (no '=', no NUL)",
             )
         env.checked_text(str(raw), key)
-        if key == "NCCL_ALGO":
-            raise env.error(
-                "NCCL_ALGO is set by the allreduce knob",
-                key,
-                hint="use allreduce: nccl_tree or nccl_ring",
-            )
+        if key in _OWNED_ENV:
+            knob, hint = _OWNED_ENV[key]
+            raise env.error(f"{key} is set by the {knob} knob", key, hint=hint)
         env_out[key] = str(raw)
     extra = sec.strings("extra_args")
     _check_extra_args(sec, extra, adapter)

@@ -10,8 +10,11 @@ Four sources, cheapest first, the first three the engine's (:class:`autotune.eng
   (:meth:`Engine.memory_need_gib`: a static fraction that cannot even hold the weights);
 * what the study has learned from its own crashes, attributed to the knobs that cause them:
   a KV pool that does not fit the budget at fraction ``f`` means every fraction ``<= f`` fails
-  too, one that ran out of GPU memory while being allocated (the engine's crash rules tell the
-  two apart from the deciding log line) that every fraction ``>= f`` does; a CUDA-graph
+  too, with the same algorithm and with every algorithm that needs at least as much of the static
+  pool (any algorithm where the engine sizes the pool before loading a draft,
+  :meth:`Engine.draft_in_static`; else one whose draft weighs at least as much); one that ran out
+  of GPU memory while being allocated (the engine's crash rules tell the two apart from the
+  deciding log line) means every fraction ``>= f`` with the same algorithm does; a CUDA-graph
   capture out of memory at ``(f, max_bs, draft tokens, top-k)`` means every configuration at
   least as large in all of them fails too; an all-reduce mode that fails on the architecture or
   under graph capture fails whatever the other knobs are; any other crash rules out that exact
@@ -219,8 +222,11 @@ class Feasibility:
         if lesson.kind is LessonKind.KV_BELOW:
             algorithm, fraction = lesson.values
             f = config.mem_fraction_static
-            if f is not None and config.speculative_algorithm == algorithm and f <= fraction:
-                return f"trial {n}: the KV pool did not fit at mem_fraction_static={fraction}"
+            if f is None or f > fraction:
+                return None
+            why = self._kv_condemns(algorithm, config.speculative_algorithm)
+            if why is not None:
+                return f"trial {n}: the KV pool did not fit at mem_fraction_static={fraction}{why}"
         elif lesson.kind is LessonKind.KV_ABOVE:
             algorithm, fraction = lesson.values
             f = config.mem_fraction_static
@@ -252,6 +258,50 @@ class Feasibility:
         ):
             return f"trial {n} crashed ({lesson.category}) with exactly this configuration"
         return None
+
+    def _kv_condemns(self, failed: str, other: str) -> str | None:
+        """Whether a KV pool that did not fit with algorithm ``failed`` at a fraction fails there
+        with ``other`` too: the explanation to add to the refusal ("" for the same algorithm),
+        or None when it need not."""
+        if failed == other:
+            return ""
+        if not self.engine.draft_in_static():
+            return (
+                f" with speculative_algorithm {failed}, and {self.engine.describe()} sizes the "
+                "KV pool before any draft is loaded: it fails the same with any algorithm"
+            )
+        if other == "none":
+            return None
+        if failed != "none":
+            smaller, larger = self.weights(failed)[1], self.weights(other)[1]
+            if smaller is None or larger is None or larger < smaller:
+                return None
+        return (
+            f" with speculative_algorithm {failed}, and {other}'s draft weights come out of "
+            "the same static pool"
+        )
+
+
+#: Random proposals a space is judged by at study start (:func:`fixed_refusal`).
+FIXED_PROBE_PROPOSALS = 200
+
+
+def fixed_refusal(space: SearchSpace, engine: Engine) -> str | None:
+    """Why the engine's rules refuse every proposal of ``space`` for one of its fixed knobs
+    (NGRAM fixed with adaptive speculation on), whatever the sampler tunes; None otherwise.
+
+    A rule that refuses only some proposals, or blames a tuned knob, is left to the study: the
+    sampler learns around it.
+    """
+    blamed: Infeasible | None = None
+    for params in space.sample(FIXED_PROBE_PROPOSALS, seed=0):
+        refusal = engine.check_rules(space.config_for(params))
+        if refusal is None or refusal.knob not in space.fixed:
+            return None
+        blamed = blamed or refusal
+    if blamed is None:
+        return None
+    return f"fixed.{blamed.knob}: {blamed.reason}"
 
 
 def _graph_point(config: ServerConfig) -> tuple[float, float, float, float]:

@@ -17,6 +17,7 @@ from autotune._errors import ConfigError, StorageError
 from autotune._redact import redact_url
 from autotune.engines import Engine, create_engine
 from autotune.space import SearchSpace, load_space, parse_space
+from autotune.study._feasibility import fixed_refusal
 from autotune.study._hooks import pause_at
 from autotune.study._optuna import fixed_params
 from autotune.study._record import (
@@ -122,6 +123,13 @@ def check_engine(space: SearchSpace, engine: Engine) -> None:
             f"{engine.describe()} cannot run part of this space: " + "; ".join(problems),
             source=space.source,
             hint="remove those values from the space, or use an SGLang release that has them",
+        )
+    refused = fixed_refusal(space, engine)
+    if refused is not None:
+        raise ConfigError(
+            f"{engine.describe()} refuses every proposal of this space: {refused}",
+            source=space.source,
+            hint="change that fixed knob, or tune it under parameters:",
         )
 
 

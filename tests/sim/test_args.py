@@ -196,6 +196,13 @@ def test_nextn_runs_as_eagle_and_mtp_models_draft_from_themselves() -> None:
     assert res.server_args["speculative_draft_model_path"] == "m"
 
 
+def test_ngram_takes_its_top_k_from_the_bfs_breadth() -> None:
+    res = resolve("--speculative-algorithm", "NGRAM", "--speculative-ngram-max-bfs-breadth", "3",
+                  "--speculative-num-draft-tokens", "9")  # fmt: skip
+    assert res.config.speculative_eagle_topk == 3
+    assert res.config.speculative_num_steps == 3  # draft tokens / breadth, as SGLang sets it
+
+
 def rule_error(*argv: str, arch: str = KIMI) -> ArgumentRuleError:
     with pytest.raises(ArgumentRuleError) as info:
         resolve(*argv, arch=arch)

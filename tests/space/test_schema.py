@@ -318,6 +318,20 @@ CASES = [
         id="env-nccl-algo",
     ),
     pytest.param(
+        SPEC + "engine:\n  env: {SGLANG_ENABLE_SPEC_V2: 'True'}\n",
+        "env:",
+        "engine.env.SGLANG_ENABLE_SPEC_V2",
+        "use spec_v2: true or false",
+        id="env-spec-v2",
+    ),
+    pytest.param(
+        SPEC + "engine:\n  extra_args: [--speculative-ngram-max-bfs-breadth, '4']\n",
+        "extra_args:",
+        "engine.extra_args[0]",
+        "set speculative_eagle_topk under fixed: or parameters:",
+        id="extra-args-ngram-breadth",
+    ),
+    pytest.param(
         SPEC + "engine:\n  kind: sglang\n  check_paths: false\n  model_path: org/model\n",
         "engine:",
         "engine",

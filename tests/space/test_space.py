@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 import pytest
 
+from autotune._errors import ConfigError
 from autotune._knobs import ServerConfig
 from autotune.engines.sglang._rules import check_rules
 from autotune.space import ConstraintSpec, SearchSpace, load_space, parse_space
@@ -280,3 +281,18 @@ def test_the_summary_names_the_engine_as_the_engine_describes_its_section(
     param = "mem_fraction_static: {type: float, low: 0.8, high: 0.9}"
     text = f"engine: {engine}\nparameters:\n  {param}\n"
     assert line in parse_space(text).summary()
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [(True, True), ("false", False), ("auto", None), (None, None), ("yes", True), (0, False)],
+)
+def test_the_speculation_switches_are_true_false_or_left_to_the_engine(
+    raw: object, value: bool | None
+) -> None:
+    for knob in ("speculative_adaptive", "spec_v2"):
+        assert getattr(ServerConfig.from_params({knob: raw}), knob) is value
+    with pytest.raises(ConfigError, match="spec_v2='maybe' is not allowed: expected true or false"):
+        ServerConfig.from_params({"spec_v2": "maybe"})
+    assert ServerConfig().to_params() == ServerConfig().replace(spec_v2=None).to_params()
+    assert "speculative_adaptive" not in ServerConfig().to_params()  # unset: not recorded

@@ -44,6 +44,25 @@ BAD_SPACES: dict[str, tuple[str, int, tuple[str, ...]]] = {
         2,
         ("engine.model_path", "'/nonexistent/model' is not a directory", "check_paths: false"),
     ),
+    "a fixed knob that SGLang's rules refuse with every proposal": (
+        "name: bad\nengine: {kind: sglang, sglang_version: '0.5.23', model_path: /m, "
+        "check_paths: false}\nfixed: {speculative_algorithm: NGRAM, speculative_adaptive: true}\n"
+        "parameters:\n" + MEM,
+        2,
+        (
+            "SGLang 0.5.23",
+            "refuses every proposal of this space: fixed.speculative_adaptive",
+            "adaptive speculation runs EAGLE and EAGLE3 only",
+            "hint: change that fixed knob",
+        ),
+    ),
+    "a switch the release does not have": (
+        "name: bad\nengine: {kind: sglang, sglang_version: '0.5.23', model_path: /m, "
+        "draft_model_path: /d, check_paths: false}\n"
+        "fixed: {speculative_algorithm: EAGLE3, spec_v2: true}\nparameters:\n" + MEM,
+        2,
+        ("fixed.spec_v2: True", "reads no SGLANG_ENABLE_SPEC_V2", "later ones always run the v2"),
+    ),
 }
 
 

@@ -151,6 +151,87 @@ def test_the_memory_estimate_follows_the_tuned_algorithms_draft() -> None:
     assert check(f, {"speculative_algorithm": "EAGLE3"}) is None  # each algorithm its own sizes
 
 
+def test_a_kv_pool_crash_condemns_a_draft_at_least_as_heavy() -> None:
+    # The simulator counts draft weights in the static pool (SGLang from 0.5.14): at one
+    # fraction, the EAGLE head (2.40 GiB) needs more of it than the EAGLE-3 head (1.90 GiB).
+    from autotune.space import parse_space
+
+    space = parse_space(TUNED_DRAFTS)
+    f = Feasibility(space, create_engine(space.engine))
+
+    def learned(algorithm: str) -> Any:  # what the lessons say, the estimate aside
+        return f.learned(space.config_for({"speculative_algorithm": algorithm}))
+
+    f.learn([(2, {"speculative_algorithm": "EAGLE3"}, Outcome.OOM_KV_POOL)])
+    heavier = learned("EAGLE")
+    assert heavier is not None and heavier.category == "oom_kv_pool"
+    assert "trial 2" in heavier.reason and "with speculative_algorithm EAGLE3" in heavier.reason
+    f.learn([(2, {"speculative_algorithm": "EAGLE"}, Outcome.OOM_KV_POOL)])
+    assert learned("EAGLE") is not None
+    assert learned("EAGLE3") is None  # a lighter draft may fit
+
+
+SGLANG_SPACE = """\
+engine:
+  kind: sglang
+  sglang_version: "{version}"
+  model_path: {root}/target
+  draft_model_path: {root}/draft
+parameters:
+  speculative_algorithm: {{type: categorical, choices: [none, EAGLE3, NGRAM]}}
+  mem_fraction_static: {{type: float, low: 0.5, high: 0.95}}
+"""
+
+
+def _sglang_feasibility(root: Path, version: str) -> Feasibility:
+    from autotune.space import parse_space
+
+    for name, gib in (("target", 6), ("draft", 2)):
+        (root / name).mkdir(exist_ok=True)
+        with open(root / name / "model.safetensors", "wb") as out:
+            out.truncate(gib * 2**30)  # sparse: the size is what counts
+    space = parse_space(SGLANG_SPACE.format(version=version, root=root))
+    return Feasibility(space, create_engine(space.engine))
+
+
+@pytest.mark.parametrize(("version", "draft_counted"), [("0.5.23", True), ("0.5.3", False)])
+def test_the_memory_need_follows_the_releases_accounting_of_draft_weights(
+    tmp_path: Path, version: str, draft_counted: bool
+) -> None:
+    f = _sglang_feasibility(tmp_path, version)
+    assert f.weights("EAGLE3") == (6.0, 2.0)
+    eagle = f.space.config_for({"speculative_algorithm": "EAGLE3", "mem_fraction_static": 0.9})
+    assert f.engine.memory_need_gib(eagle, weights=f.weights("EAGLE3")) == (
+        8.0 if draft_counted else 6.0
+    )
+    assert f.engine.draft_in_static() is draft_counted
+
+
+def test_kv_pool_lessons_follow_the_releases_accounting_of_draft_weights(tmp_path: Path) -> None:
+    def refused(f: Feasibility, algorithm: str) -> Any:
+        return check(f, {"speculative_algorithm": algorithm, "mem_fraction_static": 0.8})
+
+    crash = [(5, {"speculative_algorithm": "EAGLE3", "mem_fraction_static": 0.85}, "oom_kv_pool")]
+    baseline = [(6, {"speculative_algorithm": "none", "mem_fraction_static": 0.85}, "oom_kv_pool")]
+    # 0.5.23: the draft is in the static pool; a pool too small without it is too small with it
+    new = _sglang_feasibility(tmp_path, "0.5.23")
+    new.learn((n, p, Outcome(o)) for n, p, o in crash)
+    assert refused(new, "EAGLE3") is not None
+    assert refused(new, "none") is None and refused(new, "NGRAM") is None
+    new.learn((n, p, Outcome(o)) for n, p, o in baseline)
+    for algorithm in ("none", "EAGLE3", "NGRAM"):
+        assert refused(new, algorithm) is not None, algorithm
+    # 0.5.3 sizes the pool before loading the draft: the failure is the target's, any algorithm
+    old = _sglang_feasibility(tmp_path, "0.5.3")
+    old.learn((n, p, Outcome(o)) for n, p, o in crash)
+    for algorithm in ("none", "EAGLE3", "NGRAM"):
+        verdict = refused(old, algorithm)
+        assert verdict is not None and verdict.category == "oom_kv_pool", algorithm
+    assert "SGLang 0.5.3" in refused(old, "none").reason
+    assert "before any draft is loaded" in refused(old, "none").reason
+    assert check(old, {"speculative_algorithm": "none", "mem_fraction_static": 0.86}) is None
+
+
 OOM_IN_POOL = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 MiB. GPU 0 has a total "
     "capacity of 23.52 GiB of which 13.00 MiB is free."

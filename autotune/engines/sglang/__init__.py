@@ -1,4 +1,4 @@
-"""The SGLang adapter: ``python -m sglang.launch_server`` in the flags of the installed release."""
+"""The SGLang adapter: ``sglang serve`` in the flags of the installed release."""
 
 from __future__ import annotations
 

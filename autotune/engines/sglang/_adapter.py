@@ -1,4 +1,4 @@
-"""The SGLang adapter: a configuration in canonical knobs -> ``sglang.launch_server`` argv and env.
+"""The SGLang adapter: a configuration in canonical knobs -> ``sglang serve`` argv and env.
 
 Flags move between SGLang releases, so every knob is spelled through a :class:`FlagSet` of the
 release that will run: detected from the user's SGLang (``engine.python`` behind
@@ -24,11 +24,14 @@ from autotune._launch import LaunchSpec
 from autotune._redact import api_key_of, is_secret_env
 from autotune.engines._base import Hardware
 from autotune.engines._spec import EngineSpec
+from autotune.engines.sglang._adaptive import ADAPTIVE_FLAG
 from autotune.engines.sglang._detect import detect_flagset
-from autotune.engines.sglang._dialects import FlagSet, known_flagset
+from autotune.engines.sglang._dialects import SPEC_V2_ENV, FlagSet, known_flagset
 from autotune.engines.sglang._hardware import nvml_hardware
 from autotune.engines.sglang._rules import (
     DRAFT_MODEL_ALGORITHMS,
+    NGRAM_BREADTH_FLAG,
+    OPTIONAL_DRAFT_ALGORITHMS,
     SGLangRules,
     max_running_requests_for,
 )
@@ -51,6 +54,8 @@ _SINGLE_FLAG_MODES: Mapping[str, str] = MappingProxyType(
     }
 )
 _FUSION_OFF = "--enforce-disable-flashinfer-allreduce-fusion"
+#: The spellings of the decode CUDA-graph batch-size cap, the current one first.
+_GRAPH_BS_SPELLINGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
 _SIMPLE_VALUE_KNOBS: Mapping[str, str] = MappingProxyType(
     {
         "mem_fraction_static": "--mem-fraction-static",
@@ -98,17 +103,20 @@ def spell_knob(
         if config.speculative and need("--speculative-algorithm", value):
             out.args += ["--speculative-algorithm", value]
             draft = spec.draft_model_path
-            if draft and value in DRAFT_MODEL_ALGORITHMS and need("--speculative-draft-model-path"):
+            takes_draft = value in (*DRAFT_MODEL_ALGORITHMS, *OPTIONAL_DRAFT_ALGORITHMS)
+            if draft and takes_draft and need("--speculative-draft-model-path"):
                 out.args += ["--speculative-draft-model-path", draft]
     elif knob in SPECULATIVE_NUMBERS:
         flag = "--" + knob.replace("_", "-")
+        if knob == "speculative_eagle_topk" and config.speculative_algorithm == "NGRAM":
+            flag = NGRAM_BREADTH_FLAG
         if config.speculative and value is not None and need(flag):
             out.args += [flag, str(value)]
     elif knob == "cuda_graph_max_bs":
         if value is not None:
-            flag = "--cuda-graph-max-bs-decode"
-            if not flags.has(flag) and flags.has("--cuda-graph-max-bs"):
-                flag = "--cuda-graph-max-bs"
+            # 0.5.14 split it per phase; later releases brought the old name back as a
+            # deprecated alias (PR #38265): the spelling the release does not deprecate wins.
+            flag = flags.preferred(*_GRAPH_BS_SPELLINGS) or _GRAPH_BS_SPELLINGS[0]
             if need(flag):
                 out.args += [flag, str(value)]
     elif knob == "disable_cuda_graph":
@@ -128,6 +136,19 @@ def spell_knob(
             out.args += ["--attention-backend", value]
     elif knob == "allreduce":
         _spell_allreduce(flags, value, out, need)
+    elif knob == "speculative_adaptive":
+        if value and config.speculative and need(ADAPTIVE_FLAG):
+            out.args.append(ADAPTIVE_FLAG)
+    elif knob == "spec_v2":
+        if value is not None and config.speculative:
+            if SPEC_V2_ENV in flags.env_vars:
+                out.env[SPEC_V2_ENV] = "True" if value else "False"
+            else:
+                out.missing = (
+                    f"{flags.release} ({flags.source}) reads no {SPEC_V2_ENV}, needed for "
+                    "spec_v2 (releases 0.5.5 to 0.5.13 choose the speculative worker with it; "
+                    "later ones always run the v2 worker)"
+                )
     elif knob in _SIMPLE_VALUE_KNOBS:
         flag = _SIMPLE_VALUE_KNOBS[knob]
         if value is not None and need(flag):
@@ -214,7 +235,7 @@ def unsupported_in(
     out: dict[Any, str] = {}
     for value in values:
         params: dict[str, Any] = {knob: value}
-        if knob in SPECULATIVE_NUMBERS:
+        if knob in (*SPECULATIVE_NUMBERS, "speculative_adaptive", "spec_v2"):
             params["speculative_algorithm"] = "EAGLE3"
         try:
             config = ServerConfig.from_params(params)
@@ -228,7 +249,8 @@ def unsupported_in(
 
 
 class SGLangEngine(SGLangRules):
-    """Launches ``python -m sglang.launch_server`` in the flags of the release that will run.
+    """Launches ``sglang serve`` (or ``python -m sglang.launch_server``, see :func:`entrypoint`)
+    in the flags of the release that will run.
 
     ``flags`` fixes the release's flag set (tests, tools); otherwise it comes from
     ``spec.sglang_version`` (autotune's table) or is detected once per interpreter and prefix.
@@ -292,10 +314,9 @@ class SGLangEngine(SGLangRules):
     def build_launch(
         self, config: ServerConfig, *, port: int, workload: WorkloadSpec | None = None
     ) -> LaunchSpec:
-        args, knob_env = build_server_args(
-            self.flagset(), self.spec, config, port=port, workload=workload
-        )
-        argv = [*self.spec.launch_prefix, self.python, "-m", "sglang.launch_server", *args]
+        flags = self.flagset()
+        args, knob_env = build_server_args(flags, self.spec, config, port=port, workload=workload)
+        argv = [*self.spec.launch_prefix, *entrypoint(flags, self.python), *args]
         argv += self.spec.extra_args
         return make_launch(self.spec, argv, knob_env, port)
 
@@ -309,13 +330,34 @@ class SGLangEngine(SGLangRules):
         """The GPUs of this machine, read with NVML (None fields without a GPU or driver)."""
         return nvml_hardware()
 
+    def draft_in_static(self) -> bool:
+        """From 0.5.14 the draft's weights are part of ``--mem-fraction-static`` (SGLang PRs
+        #28683, #28855); before, the KV pool was sized before the draft was loaded."""
+        return self.flagset().counts_draft_in_static
+
     def weights_gib(self, algorithm: str | None = None) -> tuple[float | None, float | None]:
         """Checkpoint sizes on disk (``*.safetensors``, else ``*.bin``) of local model folders."""
         target = _checkpoint_gib(self.spec.model_path)
         draft = None
-        if algorithm is None or algorithm.upper() in DRAFT_MODEL_ALGORITHMS:
+        name = None if algorithm is None else algorithm.upper()
+        own = self.spec.draft_model_path != self.spec.model_path  # NEXTN may name the target
+        if (
+            name is None
+            or name in DRAFT_MODEL_ALGORITHMS
+            or (name in OPTIONAL_DRAFT_ALGORITHMS and own)
+        ):
             draft = _checkpoint_gib(self.spec.draft_model_path)
         return target, draft
+
+
+def entrypoint(flags: FlagSet, python: str) -> list[str]:
+    """How ``python`` starts the server of ``flags``' release: ``sglang serve`` (the release's
+    ``sglang`` console script, run by that interpreter) where detection found it, else
+    ``-m sglang.launch_server``, which every release runs (0.5.5 and newer warn that
+    ``sglang serve`` is recommended)."""
+    if flags.serve_script:
+        return [python, flags.serve_script, "serve"]
+    return [python, "-m", "sglang.launch_server"]
 
 
 def make_launch(

@@ -93,7 +93,8 @@ def adaptive_schedule(
             reason=f"the server-wide configuration's {start} steps are no batch size's choice "
             "(SGLang starts at one of the candidate steps)"
         )
-    text = command(base) + f" {ADAPTIVE_FLAG} {ADAPTIVE_CONFIG_FLAG} {CONFIG_FILE}"
+    static = base.replace(speculative_adaptive=None)  # the flag is written once, below
+    text = command(static) + f" {ADAPTIVE_FLAG} {ADAPTIVE_CONFIG_FLAG} {CONFIG_FILE}"
     note = (
         f"SGLang starts at {start} step(s) (draft tokens steps + 1) and uses the steps of the "
         "largest batch size listed at or below the running batch; the other knobs are those of "

@@ -2,9 +2,12 @@
 
 The interpreter the server will run under (behind the launch prefix, e.g. ``docker exec NAME``)
 imports ``sglang.srt.server_args``, builds SGLang's parser with ``ServerArgs.add_cli_args`` and
-prints, as one JSON line, the version and every option string with its destination, arity,
-choices, type and deprecation. Nothing is imported into this process: the SGLang being tuned may
-live in another environment, container or machine.
+prints, as one JSON line, the version, every option string with its destination, arity,
+choices, type and deprecation, the installation's ``sglang`` console script where the
+release has ``sglang serve`` (0.5.5 and newer; the entrypoint SGLang recommends), and which of
+the environment variables autotune sets its ``sglang.srt.environ`` declares. Nothing is
+imported into this process: the SGLang being tuned may live in another environment, container or
+machine.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 from autotune._errors import EngineError
 from autotune._redact import redact_text
-from autotune.engines.sglang._dialects import FlagSet, OptionInfo
+from autotune.engines.sglang._dialects import FlagSet, OptionInfo, env_names
 
 #: Seconds allowed for importing SGLang's parser (a cold import on a busy box takes a minute).
 DETECT_TIMEOUT_S = 180.0
@@ -74,11 +77,47 @@ def report():
                 "flag": nargs == 0,
                 "deprecated": deprecated,
             }
-    return {"version": None if version is None else str(version), "options": options}
+    return {
+        "version": None if version is None else str(version),
+        "options": options,
+        "serve_script": serve_script(),
+        "env": declared_env(ENV_NAMES),
+    }
+
+def declared_env(names):
+    # Which of the environment variables autotune sets this release declares.
+    try:
+        from sglang.srt.environ import Envs
+    except BaseException:
+        return []
+    return [name for name in names if hasattr(Envs, name)]
+
+def serve_script():
+    # The `sglang` console script of this installation, when the release has `sglang serve`:
+    # in the interpreter's scripts folder (a virtual environment's bin/), or in the bin/ beside
+    # the package (`pip install --target`).
+    import importlib.util, os, sysconfig
+    try:
+        if importlib.util.find_spec("sglang.cli.serve") is None:
+            return None
+    except BaseException:
+        return None
+    import sglang
+    root = os.path.dirname(os.path.dirname(os.path.abspath(sglang.__file__)))
+    for folder in (sysconfig.get_path("scripts"), os.path.join(root, "bin")):
+        path = os.path.join(folder or "", "sglang")
+        try:
+            with open(path) as f:
+                text = f.read(4096)
+        except (OSError, UnicodeDecodeError):
+            continue
+        if "sglang.cli.main" in text:
+            return path
+    return None
 
 sys.stdout.write("\n" + MARKER + json.dumps(report()) + "\n")
 sys.stdout.flush()
-""".replace("MARKER", repr(MARKER))
+""".replace("MARKER", repr(MARKER)).replace("ENV_NAMES", repr(list(env_names())))
 
 
 def detect_flagset(
@@ -169,8 +208,14 @@ def flagset_from_report(report: Mapping[str, Any], *, source: str) -> FlagSet:
             deprecated=bool(raw.get("deprecated")),
         )
     version = report.get("version")
+    script = report.get("serve_script")
+    env = report.get("env")
     return FlagSet(
-        version=None if version is None else str(version), options=options, source=source
+        version=None if version is None else str(version),
+        options=options,
+        source=source,
+        serve_script=script if isinstance(script, str) and script else None,
+        env_vars=frozenset(str(n) for n in env) if isinstance(env, list) else frozenset(),
     )
 
 

@@ -19,6 +19,13 @@ tests check it against the installed 0.5.23 and 0.5.3 parsers flag by flag. The 
 * ``0.5.3`` dialect, releases 0.5.3 to 0.5.13: ``--cuda-graph-max-bs``, ``--disable-cuda-graph``,
   ``--enable-flashinfer-allreduce-fusion``; ``--tp-size`` stores into ``tensor_parallel_size``.
 * ``older``, releases before 0.5.3: as 0.5.3, without the symmetric-memory all-reduce flags.
+
+Three facts go by release number rather than by dialect: ``sglang serve`` exists from 0.5.5 (a
+detected release names its console script; the table launches ``-m sglang.launch_server``, which
+every release runs); ``SGLANG_ENABLE_SPEC_V2`` chooses the speculative worker in 0.5.5 to 0.5.13
+(read from the releases' ``environ.py``; later releases always run the v2 worker); and the draft
+model's weights count toward ``--mem-fraction-static`` from 0.5.14
+(:attr:`FlagSet.counts_draft_in_static`).
 """
 
 from __future__ import annotations
@@ -36,6 +43,14 @@ DIALECTS: tuple[str, ...] = ("0.5.23", "0.5.3", "older")
 _DIALECT_SINCE: tuple[tuple[tuple[int, int, int], str], ...] = (
     ((0, 5, 14), "0.5.23"),
     ((0, 5, 3), "0.5.3"),
+)
+#: The first release whose ``--mem-fraction-static`` holds the draft model's weights.
+DRAFT_IN_STATIC_SINCE = (0, 5, 14)
+#: The switch between SGLang's two speculative workers, and the releases that declare it
+#: (``sglang/srt/environ.py``): from 0.5.14 speculative decoding always runs the v2 worker.
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+_ENV_RELEASES: Mapping[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = MappingProxyType(
+    {SPEC_V2_ENV: ((0, 5, 5), (0, 5, 14))}
 )
 _VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
 
@@ -67,6 +82,13 @@ class FlagSet:
     version: str | None
     options: Mapping[str, OptionInfo] = field(default_factory=dict)
     source: str = "known table"
+    #: The ``sglang`` console script of the installation (``sglang serve``), when the release
+    #: has that entrypoint and the script was found beside the interpreter or the package; the
+    #: known table never names one (``python -m sglang.launch_server`` runs in every release).
+    serve_script: str | None = None
+    #: The environment variables autotune sets that the release declares
+    #: (``SGLANG_ENABLE_SPEC_V2``).
+    env_vars: frozenset[str] = frozenset()
 
     def has(self, flag: str) -> bool:
         """Whether ``flag`` (an option string such as ``--tp-size``) exists in this release."""
@@ -92,6 +114,31 @@ class FlagSet:
         """The release for messages: ``SGLang 0.5.23`` or ``this SGLang``."""
         return f"SGLang {self.version}" if self.version else "this SGLang"
 
+    def preferred(self, *spellings: str) -> str | None:
+        """The spelling of one setting this release prefers: the first of ``spellings`` it has
+        that its help does not mark deprecated, else the first it has at all (None: none)."""
+        present = [s for s in spellings if s in self.options]
+        current = [s for s in present if not self.options[s].deprecated]
+        chosen = current or present
+        return chosen[0] if chosen else None
+
+    @property
+    def counts_draft_in_static(self) -> bool:
+        """Whether the draft model's weights are part of ``--mem-fraction-static``.
+
+        From 0.5.14 (SGLang PRs #28683 and #28855) the KV pool is profiled after every weight is
+        loaded, so the draft's weights come out of the static pool; before, the pool was sized
+        before the draft was loaded and the draft's weights took memory outside it. A release of
+        unknown number is taken to be a current one.
+        """
+        if self.version is None:
+            return True
+        try:
+            number = parse_version(self.version)
+        except ConfigError:
+            return True
+        return number >= DRAFT_IN_STATIC_SINCE
+
 
 def _opt(dest: str, *, flag: bool = False, deprecated: bool = False) -> OptionInfo:
     return OptionInfo(dest=dest, flag=flag, deprecated=deprecated)
@@ -108,6 +155,7 @@ _COMMON: Mapping[str, OptionInfo] = MappingProxyType(
         "--speculative-num-steps": _opt("speculative_num_steps"),
         "--speculative-eagle-topk": _opt("speculative_eagle_topk"),
         "--speculative-num-draft-tokens": _opt("speculative_num_draft_tokens"),
+        "--speculative-ngram-max-bfs-breadth": _opt("speculative_ngram_max_bfs_breadth"),
         "--mem-fraction-static": _opt("mem_fraction_static"),
         "--max-running-requests": _opt("max_running_requests"),
         "--chunked-prefill-size": _opt("chunked_prefill_size"),
@@ -232,7 +280,14 @@ def known_flagset(version: str) -> FlagSet:
     """The known table's flags for SGLang ``version`` (any release number)."""
     dialect = version if version in _TABLES else dialect_for(version)
     source = f"known table, {dialect} dialect"
-    return FlagSet(version=version, options=known_options(dialect), source=source)
+    number = parse_version(version)
+    env = frozenset(n for n, (first, gone) in _ENV_RELEASES.items() if first <= number < gone)
+    return FlagSet(version=version, options=known_options(dialect), source=source, env_vars=env)
+
+
+def env_names() -> tuple[str, ...]:
+    """The environment variables whose declaration detection reads from a release."""
+    return tuple(_ENV_RELEASES)
 
 
 def emitted_flags() -> Iterable[str]:

@@ -6,7 +6,8 @@ refused too, so that a trial never runs a configuration other than the one recor
 ``<rule>: <detail>``; the part before the first colon is the same for every configuration a rule
 refuses. The draft tree's bounds (:func:`draft_token_bounds`) are the one statement of how steps,
 top-k and draft tokens go together; the rules, the sampler's repair and its model of the draft
-count all read them.
+count all read them. NGRAM has no draft tree (its top-k is its n-gram BFS breadth); adaptive
+speculation and the v2 worker run EAGLE-family chains of top-k 1 only.
 
 Incompatibilities (:func:`incompatibility`): what SGLang accepts but crashes on, on some GPUs:
 FlashInfer all-reduce fusion only on SM90/SM100, torch symmetric memory only on SM90 (4, 6, 8
@@ -24,7 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._knobs import SPECULATIVE_NUMBERS, Infeasible, ServerConfig
 from autotune.engines._base import Engine
-from autotune.engines.sglang._adaptive import adaptive_refusal, adaptive_schedule
+from autotune.engines.sglang._adaptive import (
+    ADAPTIVE_ALGORITHMS,
+    ADAPTIVE_CONFIG_FLAG,
+    adaptive_refusal,
+    adaptive_schedule,
+)
 from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES
 from autotune.engines.sglang._dialects import FlagSet
 from autotune.engines.sglang._memory import memory_refusal, read_memory
@@ -43,6 +49,21 @@ if TYPE_CHECKING:
 SPEC_MAX_RUNNING_REQUESTS = 48
 #: Algorithms that load a separate draft model (``--speculative-draft-model-path``).
 DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+#: Algorithms that take a draft model when one is named and need none: NEXTN, SGLang's alias of
+#: EAGLE for multi-token-prediction targets, drafts with the target's own MTP layers without one.
+OPTIONAL_DRAFT_ALGORITHMS = ("NEXTN",)
+#: NGRAM's top-k: SGLang sets ``speculative_eagle_topk`` to this breadth (10 unless given),
+#: whatever ``--speculative-eagle-topk`` says; the knob is spelled with it under NGRAM.
+NGRAM_BREADTH_FLAG = "--speculative-ngram-max-bfs-breadth"
+NGRAM_DEFAULT_TOPK = 10
+
+#: The optional switches of speculative decoding (``None``: SGLang's default).
+_SWITCHES = ("speculative_adaptive", "spec_v2")
+#: The candidate steps of SGLang's default adaptive configuration (every batch-size slot of
+#: ``DEFAULT_ADAPTIVE_CONFIG`` in ``sglang/srt/speculative/adaptive_spec_params.py``, 0.5.23).
+ADAPTIVE_STEPS = (0, 1, 3, 5, 7)
+#: The algorithms the v2 worker runs (``SGLANG_ENABLE_SPEC_V2``; NEXTN is EAGLE's alias).
+SPEC_V2_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 
 #: Attention backends without speculative decoding (docs/advanced_features/attention_backend.md).
 NO_SPEC_BACKENDS = ("fa4", "trtllm_mla", "torch_native", "flex_attention")
@@ -71,8 +92,12 @@ def draft_token_bounds(steps: int, topk: int) -> tuple[int, int]:
     return MIN_DRAFT_TOKENS, steps * topk + 1
 
 
-def check_rules(config: ServerConfig) -> Infeasible | None:
-    """Why SGLang would refuse or rewrite ``config``; ``None`` when it runs as given."""
+def check_rules(config: ServerConfig, *, own_adaptive_config: bool = False) -> Infeasible | None:
+    """Why SGLang would refuse or rewrite ``config``; ``None`` when it runs as given.
+
+    ``own_adaptive_config``: the launch names its own ``--speculative-adaptive-config`` (in
+    ``engine.extra_args``), whose candidate steps are not known here.
+    """
     numbers = {k: getattr(config, k) for k in SPECULATIVE_NUMBERS}
     given = [k for k, v in numbers.items() if v is not None]
     if not config.speculative:
@@ -83,7 +108,18 @@ def check_rules(config: ServerConfig) -> Infeasible | None:
                 "infeasible",
                 given[0],
             )
+        switch = next((k for k in _SWITCHES if getattr(config, k) is not None), None)
+        if switch is not None:
+            return Infeasible(
+                f"{switch} without a speculative algorithm: SGLang ignores "
+                f"{switch}={getattr(config, switch)} when speculative_algorithm is none",
+                "infeasible",
+                switch,
+            )
         return None
+    switched = _check_switches(config, own_adaptive_config)
+    if switched is not None:
+        return switched
     backend = config.attention_backend
     if backend in NO_SPEC_BACKENDS:
         return Infeasible(
@@ -103,9 +139,71 @@ def check_rules(config: ServerConfig) -> Infeasible | None:
     steps = config.speculative_num_steps
     topk = config.speculative_eagle_topk
     draft = config.speculative_num_draft_tokens
+    if config.speculative_algorithm == "NGRAM":
+        # no draft tree: the n-gram table proposes draft tokens up to a BFS breadth (the top-k)
+        return _check_ngram_backend(config, NGRAM_DEFAULT_TOPK if topk is None else topk)
     if steps is None or topk is None or draft is None:
         return None  # SGLang chooses all three itself
     return _check_tree(steps, topk, draft) or _check_backend(config, topk)
+
+
+def _check_switches(config: ServerConfig, own_adaptive_config: bool) -> Infeasible | None:
+    """Adaptive speculation and the v2 worker: EAGLE-family chains only."""
+    algorithm = config.speculative_algorithm
+    topk = config.speculative_eagle_topk
+    if config.speculative_adaptive:
+        if algorithm not in ADAPTIVE_ALGORITHMS:
+            return Infeasible(
+                "adaptive speculation runs EAGLE and EAGLE3 only: SGLang falls back to static "
+                f"speculation with {algorithm}",
+                "infeasible",
+                "speculative_adaptive",
+            )
+        if topk is not None and topk != 1:
+            return Infeasible(
+                "adaptive speculation runs top-k 1 only: SGLang falls back to static "
+                f"speculation with speculative_eagle_topk={topk}",
+                "infeasible",
+                "speculative_eagle_topk",
+            )
+        steps = config.speculative_num_steps
+        if steps is not None and not own_adaptive_config and steps not in ADAPTIVE_STEPS:
+            return Infeasible(
+                f"adaptive speculation starts at one of its candidate steps {list(ADAPTIVE_STEPS)} "
+                f"(SGLang's default --speculative-adaptive-config): speculative_num_steps={steps}",
+                "bad_args",
+                "speculative_num_steps",
+            )
+    if config.spec_v2:
+        if algorithm not in SPEC_V2_ALGORITHMS:
+            return Infeasible(
+                f"spec v2 runs EAGLE, EAGLE3, NEXTN and STANDALONE only: SGLang ignores "
+                f"spec_v2=True with {algorithm}",
+                "infeasible",
+                "spec_v2",
+            )
+        if topk is not None and topk > 1:
+            return Infeasible(
+                f"spec v2 runs top-k 1 only: speculative_eagle_topk={topk} (SGLang 0.5.7 to "
+                "0.5.10 refuse it, 0.5.11 to 0.5.13 run the v1 worker instead)",
+                "bad_args",
+                "speculative_eagle_topk",
+            )
+    return None
+
+
+def _check_ngram_backend(config: ServerConfig, topk: int) -> Infeasible | None:
+    page = config.page_size
+    backend = config.attention_backend
+    # With the backend unset SGLang picks one for the GPU; only a named backend is judged here.
+    if topk > 1 and page is not None and page > 1 and backend not in (None, "flashinfer"):
+        return Infeasible(
+            "NGRAM with top-k > 1 and a page size > 1 needs flashinfer attention: "
+            f"speculative_eagle_topk={topk}, page_size={page}, attention_backend={backend}",
+            "bad_args",
+            "attention_backend",
+        )
+    return None
 
 
 def _check_tree(steps: int, topk: int, draft: int) -> Infeasible | None:
@@ -226,7 +324,8 @@ class SGLangRules(Engine):
         return owned_flag(arg)
 
     def check_rules(self, config: ServerConfig) -> Infeasible | None:
-        return check_rules(config)
+        own = any(a.split("=", 1)[0] == ADAPTIVE_CONFIG_FLAG for a in self.spec.extra_args)
+        return check_rules(config, own_adaptive_config=own)
 
     def draft_token_bounds(self, steps: int, topk: int) -> tuple[int, int]:
         return draft_token_bounds(steps, topk)

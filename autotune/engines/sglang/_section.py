@@ -41,10 +41,11 @@ OWNED_FLAGS: Mapping[str, str] = MappingProxyType(
         "--enable-symm-mem": "allreduce",
         "--enable-mscclpp": "allreduce",
         "--enable-flashinfer-allreduce-fusion": "allreduce",
+        "--speculative-ngram-max-bfs-breadth": "speculative_eagle_topk",
         **{
             "--" + k.replace("_", "-"): k
             for k in ServerConfig.knob_names()
-            if k not in ("allreduce", "tp_size")
+            if k not in ("allreduce", "tp_size", "spec_v2")  # spec_v2: an environment variable
         },
     }
 )

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 
 #: The SGLang releases whose command line the simulated server speaks.
 SIM_DIALECTS = ("0.5.23", "0.5.3")
+_NO_ADAPTIVE = (
+    "the simulated server does not model adaptive speculation (speculative_adaptive): "
+    "tune it against a real SGLang"
+)
 
 
 def check_sim_options(options: SimOptions, sec: Section, *, tp_size: int) -> None:
@@ -149,6 +153,8 @@ class SimEngine(SGLangRules):
         return make_launch(self.spec, argv, knob_env, port)
 
     def precheck(self, config: ServerConfig) -> Infeasible | None:
+        if config.speculative_adaptive:
+            return Infeasible(_NO_ADAPTIVE, "bad_args", "speculative_adaptive")
         return first_missing(self._flags, self.spec, config)
 
     def reference_command(
@@ -162,7 +168,10 @@ class SimEngine(SGLangRules):
         return self._sglang.build_launch(config, port=port, workload=workload).display()
 
     def unsupported_values(self, knob: str, values: Iterable[Any]) -> dict[Any, str]:
-        return unsupported_in(self._flags, self.spec, knob, values)
+        refused = unsupported_in(self._flags, self.spec, knob, values)
+        if knob == "speculative_adaptive":
+            refused.update({v: _NO_ADAPTIVE for v in values if v is True})
+        return refused
 
     def hardware(self) -> Hardware:
         """The simulated GPUs, from the profile (unknown fields when it has none)."""

@@ -6,6 +6,7 @@ and the releases' parsers), written out here rather than derived from the adapte
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from autotune._errors import ConfigError, EngineError
 from autotune._knobs import ALLREDUCE_MODES, ServerConfig
 from autotune._workload import WorkloadSpec
 from autotune.engines import EngineSpec, SGLangEngine, create_engine
+from autotune.engines.sglang import FlagSet, OptionInfo, known_flagset
 
 EAGLE = ServerConfig(
     speculative_algorithm="EAGLE3",
@@ -178,6 +180,29 @@ def test_algorithms_without_a_draft_model_get_no_draft_path() -> None:
     assert "--speculative-draft-model-path" not in argv
 
 
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.3"])
+def test_ngram_top_k_is_spelled_as_its_bfs_breadth(version: str) -> None:
+    # SGLang sets NGRAM's top-k to --speculative-ngram-max-bfs-breadth, ignoring the other flag
+    ngram = EAGLE.replace(speculative_algorithm="NGRAM", speculative_eagle_topk=3)
+    argv = engine(version).build_launch(ngram, port=1).argv
+    assert value_of(argv, "--speculative-ngram-max-bfs-breadth") == "3"
+    assert "--speculative-eagle-topk" not in argv
+    assert value_of(argv, "--speculative-num-draft-tokens") == "8"
+    argv = engine(version).build_launch(EAGLE, port=1).argv
+    assert value_of(argv, "--speculative-eagle-topk") == "4"
+    assert "--speculative-ngram-max-bfs-breadth" not in argv
+
+
+def test_nextn_takes_a_draft_model_when_one_is_named_and_needs_none() -> None:
+    nextn = EAGLE.replace(speculative_algorithm="NEXTN")
+    argv = engine().build_launch(nextn, port=1).argv
+    assert value_of(argv, "--speculative-draft-model-path") == "/models/eagle3"
+    argv = engine(draft_model_path=None).build_launch(nextn, port=1).argv
+    assert "--speculative-draft-model-path" not in argv  # the target's own MTP layers draft
+    assert not engine(draft_model_path=None).lacks_draft_model("NEXTN")
+    assert engine(draft_model_path=None).lacks_draft_model("STANDALONE")
+
+
 @pytest.mark.parametrize(
     ("config", "concurrency", "expected"),
     [
@@ -280,6 +305,11 @@ def test_weight_sizes_are_summed_from_local_checkpoints(tmp_path: Path) -> None:
     adapter = engine(model_path=str(target), draft_model_path=str(draft))
     assert adapter.weights_gib() == (4 / 1024, 0.5 / 1024)
     assert adapter.weights_gib("NGRAM") == (4 / 1024, None)
+    assert adapter.weights_gib("NEXTN") == (4 / 1024, 0.5 / 1024)
+    # NEXTN pointed at the target itself drafts with its MTP layers: no second copy
+    same = engine(model_path=str(target), draft_model_path=str(target))
+    assert same.weights_gib("NEXTN") == (4 / 1024, None)
+    assert same.weights_gib("EAGLE3") == (4 / 1024, 4 / 1024)
     assert engine(model_path="org/hub-id").weights_gib() == (None, None)
 
 
@@ -298,3 +328,73 @@ def test_create_engine_picks_the_adapter_by_kind() -> None:
 
 def test_describe_names_the_release_and_where_its_flags_come_from() -> None:
     assert engine("0.5.10").describe() == "SGLang 0.5.10 (known table, 0.5.3 dialect)"
+
+
+def test_a_release_with_sglang_serve_is_launched_through_its_console_script() -> None:
+    flags = known_flagset("0.5.23")
+    served = dataclasses.replace(flags, serve_script="/opt/venv/bin/sglang")
+    spec = EngineSpec(kind="sglang", model_path="/m", python="/opt/venv/bin/python")
+    argv = SGLangEngine(spec, flags=served).build_launch(EAGLE, port=1).argv
+    assert argv[:5] == (
+        "/opt/venv/bin/python",
+        "/opt/venv/bin/sglang",
+        "serve",
+        "--model-path",
+        "/m",
+    )
+    argv = SGLangEngine(spec, flags=flags).build_launch(EAGLE, port=1).argv
+    assert argv[:4] == ("/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path")
+
+
+def test_a_deprecated_alias_of_the_graph_cap_is_not_emitted() -> None:
+    table = dict(known_flagset("0.5.23").options)
+    table["--cuda-graph-max-bs"] = OptionInfo("cuda_graph_max_bs_decode", deprecated=True)
+    flags = FlagSet(version="0.6.0", options=table)
+    argv = (
+        SGLangEngine(EngineSpec(kind="sglang"), flags=flags)
+        .build_launch(EAGLE.replace(cuda_graph_max_bs=64), port=1)
+        .argv
+    )
+    assert value_of(argv, "--cuda-graph-max-bs-decode") == "64"
+    assert "--cuda-graph-max-bs" not in argv
+
+
+CHAIN = ServerConfig(
+    speculative_algorithm="EAGLE3",
+    speculative_num_steps=3,
+    speculative_eagle_topk=1,
+    speculative_num_draft_tokens=4,
+)
+
+
+def test_adaptive_speculation_is_a_switch_of_releases_that_have_it() -> None:
+    argv = engine("0.5.23").build_launch(CHAIN.replace(speculative_adaptive=True), port=1).argv
+    assert argv.count("--speculative-adaptive") == 1
+    assert "--speculative-adaptive" not in engine("0.5.23").build_launch(CHAIN, port=1).argv
+    off = CHAIN.replace(speculative_adaptive=False)
+    assert "--speculative-adaptive" not in engine("0.5.23").build_launch(off, port=1).argv
+    refused = engine("0.5.3").precheck(CHAIN.replace(speculative_adaptive=True))
+    assert refused is not None and refused.knob == "speculative_adaptive"
+    assert "has no flag --speculative-adaptive" in refused.reason
+    assert engine("0.5.3").unsupported_values("speculative_adaptive", [True, False]).keys() == {
+        True
+    }
+
+
+@pytest.mark.parametrize("version", ["0.5.5", "0.5.11", "0.5.13"])
+def test_spec_v2_is_the_environment_switch_of_releases_that_read_it(version: str) -> None:
+    launch = engine(version).build_launch(CHAIN.replace(spec_v2=True), port=1)
+    assert launch.env["SGLANG_ENABLE_SPEC_V2"] == "True"
+    launch = engine(version).build_launch(CHAIN.replace(spec_v2=False), port=1)
+    assert launch.env["SGLANG_ENABLE_SPEC_V2"] == "False"
+    assert "SGLANG_ENABLE_SPEC_V2" not in engine(version).build_launch(CHAIN, port=1).env
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.14", "0.5.4", "0.5.3"])
+def test_spec_v2_is_refused_where_the_release_has_no_choice(version: str) -> None:
+    refused = engine(version).precheck(CHAIN.replace(spec_v2=True))
+    assert refused is not None and refused.knob == "spec_v2"
+    assert (
+        f"SGLang {version}" in refused.reason and "reads no SGLANG_ENABLE_SPEC_V2" in refused.reason
+    )
+    assert engine(version).unsupported_values("spec_v2", [True, False]).keys() == {True, False}

@@ -2,8 +2,10 @@
 
 Every command line the SGLang adapter builds for hundreds of proposals of
 search_spaces/eagle3.yaml is parsed by that release's own ``ServerArgs.add_cli_args`` parser, and
-the parsed fields must equal the recorded configuration. The known flag table is checked against
-each parser flag by flag, and the negative facts (flags a release refuses) are checked too.
+the parsed fields must equal the recorded configuration. A release with ``sglang serve`` is
+launched through its own console script, which runs the command the tuner builds. The known
+flag table is checked against each parser flag by flag, and the negative facts (flags a release
+refuses) are checked too.
 
 The parsers are installed by ``.ci/install-sglang-parsers.sh DEST`` (no GPU dependencies); the
 tests find them in ``AUTOTUNE_SGLANG_PARSERS`` (default ``<repo>/.ci-venvs``) and skip when they are
@@ -133,6 +135,7 @@ def parsed(
     release: Release, engine: SGLangEngine, proposals: list[ServerConfig]
 ) -> dict[int, list[tuple[ServerConfig, LaunchSpec, dict[str, Any]]]]:
     """Every proposal launched for each concurrency, parsed by the release's parser (one run)."""
+    proposals = [c for c in proposals if engine.precheck(c) is None]  # 0.5.3: no adaptive
     launches = {
         concurrency: [
             engine.build_launch(c, port=31234, workload=WorkloadSpec(concurrency=concurrency))
@@ -166,6 +169,17 @@ def _proposals() -> list[ServerConfig]:
             speculative_num_draft_tokens=None, mem_fraction_static=None
         ),
     ]
+    chain = base.replace(speculative_num_steps=3, speculative_eagle_topk=1)
+    chain = chain.replace(speculative_num_draft_tokens=4)
+    configs += [chain, chain.replace(speculative_adaptive=True)]
+    # every algorithm SGLang has, with and without the numbers
+    for algorithm in ("EAGLE", "NEXTN", "STANDALONE", "NGRAM"):
+        configs += [
+            base.replace(speculative_algorithm=algorithm),
+            base.replace(speculative_algorithm=algorithm, speculative_num_steps=None).replace(
+                speculative_eagle_topk=None, speculative_num_draft_tokens=None
+            ),
+        ]
     return configs
 
 
@@ -176,15 +190,20 @@ def _expected(config: ServerConfig, version: str, concurrency: int) -> dict[str,
     running = config.max_running_requests
     if running is None and spec and concurrency > 48:
         running = concurrency
+    # NGRAM loads no draft model, and SGLang sets its top-k to the n-gram BFS breadth (10 unless
+    # given), whatever --speculative-eagle-topk says
+    ngram = config.speculative_algorithm == "NGRAM"
+    topk = config.speculative_eagle_topk if spec else None
     out: dict[str, Any] = {
         "model_path": "/models/kimi",
         "host": "127.0.0.1",
         "port": 31234,
         TP_FIELD[version]: config.tp_size,
         "speculative_algorithm": config.speculative_algorithm if spec else None,
-        "speculative_draft_model_path": "/models/eagle3" if spec else None,
+        "speculative_draft_model_path": "/models/eagle3" if spec and not ngram else None,
         "speculative_num_steps": config.speculative_num_steps if spec else None,
-        "speculative_eagle_topk": config.speculative_eagle_topk if spec else None,
+        "speculative_eagle_topk": None if ngram else topk,
+        "speculative_ngram_max_bfs_breadth": topk if ngram and topk is not None else 10,
         "speculative_num_draft_tokens": config.speculative_num_draft_tokens if spec else None,
         GRAPH_BS_FIELD[version]: config.cuda_graph_max_bs,
         "mem_fraction_static": config.mem_fraction_static,
@@ -199,6 +218,7 @@ def _expected(config: ServerConfig, version: str, concurrency: int) -> dict[str,
         "enable_mscclpp": mode == "mscclpp",
     }
     if version == "0.5.23":
+        out["speculative_adaptive"] = bool(config.speculative_adaptive)
         graphs = "disabled" if config.disable_cuda_graph else None
         out["cuda_graph_backend_decode"] = graphs
         out["cuda_graph_backend_prefill"] = graphs
@@ -225,9 +245,58 @@ def _engine(release: Release) -> SGLangEngine:
 
 
 def _server_argv(argv: Sequence[str]) -> list[str]:
-    i = list(argv).index("sglang.launch_server")
-    assert argv[i - 1] == "-m"
-    return list(argv[i + 1 :])
+    """What follows ``sglang serve`` or ``-m sglang.launch_server`` in ``argv``."""
+    words = list(argv)
+    if "serve" in words and words[words.index("serve") - 1].endswith("/sglang"):
+        return words[words.index("serve") + 1 :]
+    i = words.index("sglang.launch_server")
+    assert words[i - 1] == "-m"
+    return words[i + 1 :]
+
+
+#: Releases whose package has ``sglang serve`` (read from the packages: ``sglang/cli/serve.py``).
+SERVE_RELEASES = ("0.5.23",)
+
+
+def test_the_launch_uses_the_entrypoint_the_release_recommends(
+    release: Release, engine: SGLangEngine, detected: FlagSet
+) -> None:
+    launch = engine.build_launch(ServerConfig(), port=31234)
+    prefix = ["env", f"PYTHONPATH={release.pythonpath}", sys.executable]
+    if release.version in SERVE_RELEASES:
+        script = _parsers_root() / f"sglang-{release.version}" / "bin" / "sglang"
+        assert detected.serve_script == str(script)
+        assert list(launch.argv[:5]) == [*prefix, str(script), "serve"]
+    else:
+        assert detected.serve_script is None
+        assert list(launch.argv[:5]) == [*prefix, "-m", "sglang.launch_server"]
+    # autotune's table knows no installation's script: the module runs in every release.
+    by_table = _engine(release).build_launch(ServerConfig(), port=31234)
+    assert list(by_table.argv[1:3]) == ["-m", "sglang.launch_server"]
+
+
+def test_sglang_serve_starts_with_the_argv_the_tuner_builds(
+    release: Release, engine: SGLangEngine, proposals: list[ServerConfig]
+) -> None:
+    if release.version not in SERVE_RELEASES:
+        pytest.skip(f"SGLang {release.version} has no sglang serve")
+    launch = engine.build_launch(proposals[0], port=31234)
+    # The whole command, through the prefix and interpreter, asked for its help: SGLang's
+    # console script dispatches it to the language-model server and prints that parser's usage.
+    done = subprocess.run(
+        [*launch.argv, "--model-type", "llm", "--help"],
+        env={**os.environ, **launch.env},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"sglang serve did not run (its dependencies come with .ci/install-sglang-parsers.sh "
+        f"{_parsers_root()}): {done.stderr[-2000:]}"
+    )
+    assert "usage: sglang serve [-h] --model-path MODEL_PATH" in done.stdout
+    assert "--speculative-eagle-topk" in done.stdout
 
 
 def test_detection_reads_the_release_and_its_options(
@@ -313,6 +382,18 @@ def test_each_release_refuses_the_other_releases_spelling(release: Release) -> N
     for (_, message), result in zip(cases, release.parse(argvs), strict=True):
         assert result["code"] == 2
         assert message in result["stderr"]
+
+
+def test_the_releases_switches_are_read_from_the_release(
+    release: Release, engine: SGLangEngine, detected: FlagSet
+) -> None:
+    # neither 0.5.23 nor 0.5.3 declares SGLANG_ENABLE_SPEC_V2 (0.5.5 to 0.5.13 do)
+    assert detected.env_vars == _engine(release).flagset().env_vars == frozenset()
+    refused = engine.unsupported_values("spec_v2", [True])
+    assert "reads no SGLANG_ENABLE_SPEC_V2" in refused[True]
+    adaptive = engine.unsupported_values("speculative_adaptive", [True])
+    assert bool(adaptive) is (release.version == "0.5.3")
+    assert detected.counts_draft_in_static is (release.version == "0.5.23")
 
 
 def test_attention_backends_the_release_lacks_are_refused_before_start(

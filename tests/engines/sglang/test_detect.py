@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from autotune._errors import EngineError
+from autotune._knobs import ServerConfig
 from autotune.engines import EngineSpec, SGLangEngine, detect_flagset
 from autotune.engines.sglang._detect import MARKER, flagset_from_report
 
@@ -76,3 +77,22 @@ def test_the_engine_reports_a_missing_sglang_at_check_installed() -> None:
     engine = SGLangEngine(EngineSpec(kind="sglang", python=sys.executable))
     with pytest.raises(EngineError, match="not importable"):
         engine.check_installed()
+
+
+def test_the_report_names_the_console_script_and_the_declared_switches() -> None:
+    option = {"dest": "tp_size", "nargs": None, "choices": None, "type": "int", "flag": False}
+    report = {
+        "version": "0.5.11",
+        "options": {"--tp-size": option},
+        "serve_script": "/opt/venv/bin/sglang",
+        "env": ["SGLANG_ENABLE_SPEC_V2"],
+    }
+    flags = flagset_from_report(report, source="test")
+    assert flags.serve_script == "/opt/venv/bin/sglang"
+    assert flags.env_vars == frozenset({"SGLANG_ENABLE_SPEC_V2"})
+    bare = flagset_from_report({"version": "0.5.3", "options": {"--tp-size": option}}, source="t")
+    assert bare.serve_script is None and bare.env_vars == frozenset()
+    # a detected release launches what it names, through the interpreter that was detected
+    engine = SGLangEngine(EngineSpec(kind="sglang", python="/opt/venv/bin/python"), flags=flags)
+    argv = engine.build_launch(ServerConfig(), port=1).argv
+    assert argv[:3] == ("/opt/venv/bin/python", "/opt/venv/bin/sglang", "serve")

@@ -270,9 +270,89 @@ def test_the_reference_command_is_the_simulators_sglang_command() -> None:
 
 
 def test_the_memory_need_shares_the_weights_over_the_ranks() -> None:
-    engine = SGLangEngine(EngineSpec(kind="sglang"))
+    engine = SGLangEngine(EngineSpec(kind="sglang", sglang_version="0.5.23"))
     config = _spec(3, 1, 4, tp_size=4)
     assert engine.memory_need_gib(config, weights=(400.0, 8.0)) == pytest.approx(102.0)
+    # before 0.5.14 the draft's weights are loaded outside the static pool
+    old = SGLangEngine(EngineSpec(kind="sglang", sglang_version="0.5.13"))
+    assert old.memory_need_gib(config, weights=(400.0, 8.0)) == pytest.approx(100.0)
     assert engine.memory_need_gib(ServerConfig(tp_size=4), weights=(400.0, 8.0)) == 100.0
     assert engine.memory_need_gib(config, weights=(None, 8.0)) is None
     assert engine.memory_need_gib(config) is None  # a hub id: sizes unknown
+
+
+def test_ngram_has_no_draft_tree_but_its_breadth_meets_the_page_rule() -> None:
+    ngram = ServerConfig(
+        speculative_algorithm="NGRAM",
+        speculative_num_steps=3,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=12,  # no tree: steps + 1 does not bind the n-gram drafts
+    )
+    assert check_rules(ngram) is None
+    paged = ngram.replace(speculative_eagle_topk=4, page_size=16, attention_backend="fa3")
+    refused = check_rules(paged)
+    assert refused is not None and refused.category == "bad_args"
+    assert "needs flashinfer" in refused.reason and "attention_backend=fa3" in refused.reason
+    assert check_rules(paged.replace(attention_backend="flashinfer")) is None
+    # unset, NGRAM's top-k is SGLang's breadth of 10
+    unset = ServerConfig(speculative_algorithm="NGRAM", page_size=16, attention_backend="triton")
+    refused = check_rules(unset)
+    assert refused is not None and "speculative_eagle_topk=10" in refused.reason
+
+
+ADAPTIVE = ServerConfig(
+    speculative_algorithm="EAGLE3",
+    speculative_num_steps=3,
+    speculative_eagle_topk=1,
+    speculative_num_draft_tokens=4,
+    speculative_adaptive=True,
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "category", "knob", "words"),
+    [
+        (ADAPTIVE.replace(speculative_algorithm="NGRAM"), "infeasible", "speculative_adaptive",
+         "falls back to static speculation with NGRAM"),
+        (ADAPTIVE.replace(speculative_algorithm="STANDALONE"), "infeasible",
+         "speculative_adaptive", "EAGLE and EAGLE3 only"),
+        (ADAPTIVE.replace(speculative_eagle_topk=2, speculative_num_draft_tokens=4), "infeasible",
+         "speculative_eagle_topk", "top-k 1 only"),
+        (ADAPTIVE.replace(speculative_num_steps=4, speculative_num_draft_tokens=5), "bad_args",
+         "speculative_num_steps", "candidate steps [0, 1, 3, 5, 7]"),
+        (ServerConfig(speculative_adaptive=True), "infeasible", "speculative_adaptive",
+         "without a speculative algorithm"),
+        (ADAPTIVE.replace(speculative_adaptive=None, spec_v2=True, speculative_eagle_topk=4,
+                          speculative_num_draft_tokens=8), "bad_args", "speculative_eagle_topk",
+         "spec v2 runs top-k 1 only"),
+        (ServerConfig(speculative_algorithm="NGRAM", spec_v2=True), "infeasible", "spec_v2",
+         "ignores spec_v2=True with NGRAM"),
+        (ServerConfig(spec_v2=True), "infeasible", "spec_v2", "without a speculative algorithm"),
+    ],
+)  # fmt: skip
+def test_adaptive_speculation_and_spec_v2_run_eagle_chains_only(
+    config: ServerConfig, category: str, knob: str, words: str
+) -> None:
+    refused = check_rules(config)
+    assert refused is not None
+    assert (refused.category, refused.knob) == (category, knob)
+    assert words in refused.reason
+
+
+def test_adaptive_chains_and_spec_v2_chains_run_as_given() -> None:
+    assert check_rules(ADAPTIVE) is None
+    assert check_rules(ADAPTIVE.replace(speculative_algorithm="EAGLE")) is None
+
+    assert (
+        check_rules(ServerConfig(speculative_algorithm="EAGLE3", speculative_adaptive=True)) is None
+    )
+    assert check_rules(ADAPTIVE.replace(speculative_adaptive=False, spec_v2=True)) is None
+    assert check_rules(ServerConfig(speculative_algorithm="NGRAM", spec_v2=False)) is None
+    # a launch naming its own --speculative-adaptive-config: its candidate steps are its own
+    four = ADAPTIVE.replace(speculative_num_steps=4, speculative_num_draft_tokens=5)
+    assert check_rules(four, own_adaptive_config=True) is None
+    own = SGLangEngine(
+        EngineSpec(kind="sglang", extra_args=("--speculative-adaptive-config=a.json",))
+    )
+    assert own.check_rules(four) is None
+    assert SGLangEngine(EngineSpec(kind="sglang")).check_rules(four) is not None

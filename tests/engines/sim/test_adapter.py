@@ -143,3 +143,18 @@ def test_an_unknown_profile_is_a_config_error() -> None:
     adapter = SimEngine(spec(sim=SimOptions(profile="no-such-profile")))
     with pytest.raises(ConfigError, match="no-such-profile"):
         adapter.hardware()
+
+
+def test_adaptive_speculation_is_refused_by_the_simulated_server() -> None:
+    adapter = SimEngine(spec())
+    chain = ServerConfig(
+        speculative_algorithm="EAGLE3",
+        speculative_num_steps=3,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=4,
+    )
+    refused = adapter.precheck(chain.replace(speculative_adaptive=True))
+    assert refused is not None and refused.knob == "speculative_adaptive"
+    assert "does not model adaptive speculation" in refused.reason
+    assert adapter.precheck(chain.replace(speculative_adaptive=False)) is None
+    assert set(adapter.unsupported_values("speculative_adaptive", [True, False])) == {True}
