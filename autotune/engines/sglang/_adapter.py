@@ -128,6 +128,12 @@ def spell_knob(
             out.args += ["--attention-backend", value]
     elif knob == "allreduce":
         _spell_allreduce(flags, value, out, need)
+    elif knob == "gpu_memory_utilization":
+        if value is not None:
+            out.missing = (
+                f"{flags.release} has no share of the whole GPU memory ({knob} is vLLM's knob); "
+                "SGLang's memory knob is mem_fraction_static"
+            )
     elif knob in _SIMPLE_VALUE_KNOBS:
         flag = _SIMPLE_VALUE_KNOBS[knob]
         if value is not None and need(flag):
