@@ -35,11 +35,47 @@ _STEPS = (
 )
 
 
+#: vLLM's own line prefixes, which the shared normalisation leaves on: its process tags
+#: ("(VllmWorker rank=3 pid=1090) ", "(EngineCore_DP0 pid=6880) ") and its logger's
+#: "ERROR 06-05 06:18:13 [multiproc_executor.py:470] " (any of them, repeated).
+_VLLM_PREFIX = re.compile(
+    r"^(?:\((?:[\w.-]+ )*(?:rank=\d+ )?pid=\d+(?:, ip=[\d.]+)?\) ?"
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?"
+    r" (?:\[[^\]]+\]|[\w.]+:\d+\]) ?)+"
+)
+
+
+def strip_prefix(line: str) -> str:
+    """``line`` without vLLM's process tag and logger prefix, its traceback text left."""
+    m = _VLLM_PREFIX.match(line)
+    return line[m.end() :] if m else line
+
+
 class VLLMCrashRules(CrashRules):
-    """The rule set of a vLLM server's log."""
+    """The rule set of a vLLM server's log.
+
+    Traceback frames and exception lines are read after vLLM's own prefixes (see
+    :func:`strip_prefix`), so that a worker's traceback logged line by line through vLLM's logger
+    keeps its frames (and with them what the failing code was doing).
+    """
 
     cause_priority = rules.CAUSE_PRIORITY
     tag_hints = rules.TAG_HINTS
+
+    def parse_frame(self, line: str) -> tuple[str, str] | None:
+        return super().parse_frame(strip_prefix(line))
+
+    def is_source_code(self, line: str) -> bool:
+        return super().is_source_code(strip_prefix(line))
+
+    def is_source_marks(self, line: str) -> bool:
+        return super().is_source_marks(strip_prefix(line))
+
+    def parse_exception(self, line: str) -> tuple[str, str] | None:
+        return super().parse_exception(strip_prefix(line))
+
+    def is_traceback_start(self, line: str) -> bool:
+        return super().is_traceback_start(strip_prefix(line))
 
     def specific_cause(
         self,
