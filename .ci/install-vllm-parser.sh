@@ -6,12 +6,13 @@
 #
 # vLLM goes into DEST/vllm-0.33.0 with `pip install --no-deps` (a 336 MB wheel), and the
 # packages its parser's import needs into DEST/deps-0.33.0, each without its own dependencies
-# (transformers, tokenizers, fastapi, ...: about 800 MB). The tests import it with
-# VLLM_TARGET_DEVICE=cpu, so that vLLM does not look for a GPU platform. Not part of .ci/run
-# (about 1.2 GB); the contract tests skip without it.
+# (transformers, tokenizers, fastapi, ...: about 250 MB). The tests import it with
+# VLLM_TARGET_DEVICE=cpu, so that vLLM does not look for a GPU platform. The parser imports
+# torch: PYTHON must have it (default: this checkout's .venv, which has PyTorch's CPU build).
+# Not part of .ci/run (about 1.1 GB); the contract tests skip without it.
 set -euo pipefail
 DEST="${1:?usage: install-vllm-parser.sh DEST}"
-PY="${PYTHON:-python3}"
+PY="${PYTHON:-$(dirname "$0")/../.venv/bin/python}"
 RELEASE=0.33.0
 DEPS=(
   aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 apache-tvm-ffi==0.1.15.post2
