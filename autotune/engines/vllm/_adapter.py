@@ -26,7 +26,8 @@ from autotune._errors import ConfigError, EngineError
 from autotune._knobs import SPECULATIVE_NUMBERS, Infeasible, ServerConfig
 from autotune._launch import LaunchSpec
 from autotune._redact import api_key_of, is_secret_env
-from autotune.engines._base import Engine
+from autotune.engines._base import Engine, Hardware
+from autotune.engines.sglang._hardware import nvml_hardware
 from autotune.engines.vllm._crashes import VLLM_CRASH_RULES
 from autotune.engines.vllm._flags import VLLMFlags, detect_flags, known_flags
 from autotune.engines.vllm._section import owned_flag, read_vllm_section
@@ -285,6 +286,10 @@ class VLLMEngine(Engine):
             if problem is not None:
                 out[value] = problem
         return out
+
+    def hardware(self) -> Hardware:
+        """The GPUs of this machine, read with NVML (None fields without a GPU or driver)."""
+        return nvml_hardware()
 
     # --- rules ------------------------------------------------------------------------------
     def check_rules(self, config: ServerConfig) -> Infeasible | None:

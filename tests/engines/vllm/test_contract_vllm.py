@@ -9,7 +9,8 @@ all-reduce mode and the speculative configuration. autotune's flag table of the 
 checked against the parser flag by flag, and the spelling the release refuses is refused.
 
 The parser is vLLM installed without its dependencies (``pip install --no-deps --target
-DIR/vllm-0.33.0 vllm==0.33.0``) beside the few packages its import needs (``DIR/deps-0.33.0``),
+DIR/vllm-0.33.0 vllm==0.33.0``) beside the packages its import needs (``DIR/deps-0.33.0``), as
+``.ci/install-vllm-parser.sh DIR`` installs them,
 imported with ``VLLM_TARGET_DEVICE=cpu`` so that no GPU platform is probed. The tests find it in
 ``AUTOTUNE_VLLM_PARSERS`` (default ``<repo>/.ci-venvs``) and skip when it is absent.
 """
