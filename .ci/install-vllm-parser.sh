@@ -10,6 +10,9 @@
 # VLLM_TARGET_DEVICE=cpu, so that vLLM does not look for a GPU platform. The parser imports
 # torch: PYTHON must have it (default: this checkout's .venv, which has PyTorch's CPU build).
 # Not part of .ci/run (about 1.1 GB); the contract tests skip without it.
+#
+# WITH_OLD_RELEASE=1 also installs vLLM 0.10.2 (--no-deps, about 1.3 GB), whose parser source the
+# contract tests read: that release cannot build its parser without a GPU platform.
 set -euo pipefail
 DEST="${1:?usage: install-vllm-parser.sh DEST}"
 PY="${PYTHON:-$(dirname "$0")/../.venv/bin/python}"
@@ -29,6 +32,9 @@ if [[ ! -d "$DEST/vllm-$RELEASE/vllm" ]]; then
 fi
 if [[ ! -d "$DEST/deps-$RELEASE/transformers" ]]; then
   "$PY" -m pip install -q --no-deps --target "$DEST/deps-$RELEASE" "${DEPS[@]}"
+fi
+if [[ "${WITH_OLD_RELEASE:-0}" == 1 && ! -d "$DEST/vllm-0.10.2/vllm" ]]; then
+  "$PY" -m pip install -q --no-deps --target "$DEST/vllm-0.10.2" "vllm==0.10.2"
 fi
 VLLM_TARGET_DEVICE=cpu PYTHONPATH="$DEST/vllm-$RELEASE:$DEST/deps-$RELEASE" "$PY" -W ignore -c \
   "from vllm.entrypoints.common.cli_args import make_arg_parser

@@ -17,6 +17,7 @@ imported with ``VLLM_TARGET_DEVICE=cpu`` so that no GPU platform is probed. The 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -167,3 +168,42 @@ def test_a_detected_engine_launches_what_the_parser_accepts() -> None:
     spec = EngineSpec(kind="vllm", model_path="/m", check_paths=False, env=_env())
     engine = create_engine(spec)
     assert engine.describe().startswith(f"vLLM {RELEASE} (detected from ")
+
+
+#: The older release whose table the adapter has, and the flags of its ``vllm serve`` parser.
+OLD_RELEASE = "0.10.2"
+
+
+def _source_flags(package: Path) -> set[str]:
+    """The option strings that ``vllm serve``'s parser of an installed vLLM source defines: every
+    ``add_argument("--...")`` of its engine arguments and OpenAI front end, and one flag per field
+    of ``FrontendArgs`` (which that release's front end adds as ``--field-name``)."""
+    flags: set[str] = set()
+    for rel in ("engine/arg_utils.py", "entrypoints/openai/cli_args.py"):
+        tree = ast.parse((package / rel).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and str(arg.value).startswith("--"):
+                        flags.add(str(arg.value))
+            if isinstance(node, ast.ClassDef) and node.name == "FrontendArgs":
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        flags.add("--" + item.target.id.replace("_", "-"))
+    return flags
+
+
+def test_the_older_release_table_matches_its_parser_source() -> None:
+    """vLLM 0.10.2's parser cannot be built without a GPU platform (that release picks its CPU
+    platform only for a CPU build or on macOS), so its table is checked against the source of
+    its parser definition instead."""
+    root = Path(os.environ.get("AUTOTUNE_VLLM_PARSERS", REPO / ".ci-venvs"))
+    package = root / f"vllm-{OLD_RELEASE}" / "vllm"
+    if not (package / "engine" / "arg_utils.py").is_file():
+        pytest.skip(f"vLLM {OLD_RELEASE}'s source is not under {root} (AUTOTUNE_VLLM_PARSERS)")
+    flags = _source_flags(package)
+    assert len(flags) > 100  # the whole parser was read, not a fragment
+    table = known_flags(OLD_RELEASE)
+    assert sorted(f for f in table.options if f not in flags) == []
+    assert "--cuda-graph-sizes" in flags and "--max-cudagraph-capture-size" not in flags
+    assert "--attention-backend" not in flags
