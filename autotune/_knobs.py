@@ -61,6 +61,9 @@ class ServerConfig:
     speculative_num_draft_tokens: int | None = None
     cuda_graph_max_bs: int | None = None
     mem_fraction_static: float | None = None
+    #: The share of each GPU's whole memory one instance may use (weights, activations, CUDA
+    #: graphs and KV cache together: vLLM's memory knob), unlike SGLang's static pool share.
+    gpu_memory_utilization: float | None = None
     allreduce: str = "custom"
     disable_cuda_graph: bool = False
     tp_size: int = 1
@@ -117,6 +120,10 @@ class ServerConfig:
         return dataclasses.replace(self, **changes)
 
 
+#: Knobs that are a share of GPU memory (a number in (0, 1), or unset), and whether 1 itself is
+#: allowed: SGLang's static share stays below it, vLLM's whole-instance share may be all of it.
+_FRACTION_KNOBS: Mapping[str, bool] = {"mem_fraction_static": False, "gpu_memory_utilization": True}
+
 _INT_KNOBS = {
     "speculative_num_steps": 1,
     "speculative_eagle_topk": 1,
@@ -151,14 +158,15 @@ def _coerce(key: str, raw: Any, source: str | None) -> Any:
         if value < _INT_KNOBS[key]:
             raise bad(f"an integer >= {_INT_KNOBS[key]}")
         return value
-    if key == "mem_fraction_static":
+    if key in _FRACTION_KNOBS:
         if raw is None or (isinstance(raw, str) and raw.lower() in ("auto", "none", "")):
             return None
         try:
             value_f = float(raw)
         except (TypeError, ValueError):
             raise bad("a number between 0 and 1, or auto") from None
-        if not (0.0 < value_f < 1.0) or math.isnan(value_f):
+        whole = _FRACTION_KNOBS[key] and value_f == 1.0
+        if math.isnan(value_f) or not (0.0 < value_f < 1.0 or whole):
             raise bad("a number between 0 and 1, or auto")
         return value_f
     if key == "allreduce":

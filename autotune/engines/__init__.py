@@ -5,11 +5,13 @@ class, for what is known before one is built: its part of the space file's engin
 flags it owns). :class:`SGLangEngine` (``autotune.engines.sglang``) drives
 ``python -m sglang.launch_server`` in the flags of the installed release (detected, or from
 ``engine.sglang_version``); :class:`SimEngine` (``autotune.engines.sim``) drives the simulated
-server, which speaks the same command line. Both build a :class:`LaunchSpec` (argv, environment,
-secrets to redact), refuse before launch what the release cannot express, and report hardware and
-weight sizes; both judge with SGLang's own knowledge (``autotune.engines.sglang._rules``): its
-argument rules and draft tree, its automatic speculative choice, its known incompatibilities by
-GPU architecture, and its running-request cap.
+server, which speaks the same command line; :class:`VLLMEngine` (``autotune.engines.vllm``) drives
+``vllm serve`` in the flags of the installed vLLM (or of ``engine.vllm_version``). Each builds a
+:class:`LaunchSpec` (argv, environment, secrets to redact) and refuses before launch what the
+release cannot express. The two SGLang adapters judge with SGLang's own knowledge
+(``autotune.engines.sglang._rules``): its argument rules and draft tree, its automatic
+speculative choice, its known incompatibilities by GPU architecture, and its running-request
+cap; the vLLM adapter with vLLM's (one draft chain, its memory share, its flags).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from autotune.engines.sglang import (
     max_running_requests_for,
 )
 from autotune.engines.sim import SimEngine
+from autotune.engines.vllm import VLLMEngine
 
 __all__ = [
     "ACCEPTANCE_SOURCES",
@@ -60,6 +63,7 @@ __all__ = [
     "SimEngine",
     "SimOptions",
     "Timeouts",
+    "VLLMEngine",
     "create_engine",
     "detect_flagset",
     "dialect_for",

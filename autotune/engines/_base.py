@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from autotune._knobs import Infeasible
+from autotune._knobs import SPECULATIVE_NUMBERS, Infeasible
 from autotune._launch import LaunchSpec
 from autotune.engines._memory import MemoryReading
 from autotune.engines._spec import EngineSpec
@@ -61,6 +61,9 @@ class Engine(abc.ABC):
     kind: str = ""
     #: ``engine.model_path`` when the space leaves it out; ``None``: the space must name it.
     default_model_path: ClassVar[str | None] = None
+    #: The speculative numbers this engine takes, all set or none (SGLang's three; vLLM's one
+    #: chain length); a space that sets some of them must set them all.
+    speculative_numbers: ClassVar[tuple[str, ...]] = SPECULATIVE_NUMBERS
 
     def __init__(self, spec: EngineSpec) -> None:
         self.spec = spec

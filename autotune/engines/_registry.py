@@ -8,9 +8,14 @@ from autotune.engines._serving import ServerApi
 from autotune.engines._spec import EngineSpec
 from autotune.engines.sglang import SGLangEngine
 from autotune.engines.sim import SimEngine
+from autotune.engines.vllm import VLLMEngine
 
 #: ``engine.kind`` -> the adapter class that serves it.
-_ADAPTERS: dict[str, type[Engine]] = {"sim": SimEngine, "sglang": SGLangEngine}
+_ADAPTERS: dict[str, type[Engine]] = {
+    "sim": SimEngine,
+    "sglang": SGLangEngine,
+    "vllm": VLLMEngine,
+}
 
 
 def engine_kinds() -> tuple[str, ...]:
@@ -36,7 +41,8 @@ def engine_class(kind: str) -> type[Engine]:
 
 
 def create_engine(spec: EngineSpec) -> Engine:
-    """The adapter for ``spec.kind``: :class:`SGLangEngine` or :class:`SimEngine`.
+    """The adapter for ``spec.kind``: :class:`SGLangEngine`, :class:`SimEngine` or
+    :class:`VLLMEngine`.
 
     Raises:
         ConfigError: an unknown engine kind.

@@ -23,6 +23,7 @@ ACCEPTANCE_SOURCES = (
     "server_info_diff",
     "server_info_lifetime",
     "metrics_gauge",
+    "metrics_diff",
     "none",
 )
 

@@ -43,6 +43,8 @@ class EngineSpec:
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     sglang_version: str | None = None
+    #: The vLLM release whose flags to speak (autotune's table); ``None``: read the installed one.
+    vllm_version: str | None = None
     check_paths: bool = True
     timeouts: Timeouts = field(default_factory=Timeouts)
     sim: SimOptions = SimOptions()

@@ -52,7 +52,7 @@ _TOP = (
 _ENGINE = (
     *("kind", "model_path", "draft_model_path", "tp_size", "host", "port", "python"),
     *("launch_prefix", "extra_args", "env", "sglang_version", "check_paths", "timeouts", "sim"),
-    "expose",
+    *("expose", "vllm_version"),
 )
 _TIMEOUTS = ("startup_s", "benchmark_s", "request_s", "stop_s", "gpu_release_s")
 _SIM = ("profile", "dialect", "time_scale", "noise", "seed", "faults")
@@ -261,6 +261,7 @@ def _parse_engine(sec: Section, base: Path) -> EngineSpec:
         extra_args=extra,
         env=env_out,
         sglang_version=version,
+        vllm_version=sec.string("vllm_version"),
         check_paths=check,
         timeouts=_parse_timeouts(sec.section("timeouts")),
         sim=_parse_sim(sec.section("sim")),

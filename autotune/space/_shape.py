@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from autotune._knobs import SPECULATIVE_NUMBERS
-
 if TYPE_CHECKING:
     from autotune._document import Section
     from autotune.engines import Engine
@@ -29,9 +27,10 @@ def check_shape(
             engine section does not name.
     """
     tuned = {p.name: p for p in params}
-    named = [k for k in SPECULATIVE_NUMBERS if k in tuned or fixed.get(k) is not None]
+    numbers = engine.speculative_numbers
+    named = [k for k in numbers if k in tuned or fixed.get(k) is not None]
     if named:
-        _check_numbers(root, named, fixed, tuned)
+        _check_numbers(root, numbers, named, fixed, tuned)
     _check_draft(root, engine, fixed, tuned)
 
 
@@ -41,10 +40,14 @@ def _algorithms(fixed: Mapping[str, Any], tuned: Mapping[str, ParamSpec]) -> tup
 
 
 def _check_numbers(
-    root: Section, named: list[str], fixed: Mapping[str, Any], tuned: Mapping[str, ParamSpec]
+    root: Section,
+    numbers: tuple[str, ...],
+    named: list[str],
+    fixed: Mapping[str, Any],
+    tuned: Mapping[str, ParamSpec],
 ) -> None:
     sec = root.section("parameters" if named[0] in tuned else "fixed")
-    missing = [k for k in SPECULATIVE_NUMBERS if k not in named]
+    missing = [k for k in numbers if k not in named]
     if missing:
         raise sec.error(
             f"{', '.join(missing)} not set: SGLang takes the three speculative numbers "

@@ -112,9 +112,11 @@ def check_engine(space: SearchSpace, engine: Engine) -> None:
     engine.check_installed()
     problems: list[str] = []
     for param in space.parameters:
-        if param.kind == "categorical":
-            bad = engine.unsupported_values(param.name, param.choices)
-            problems += [f"parameters.{param.name}: {v!r}: {why}" for v, why in bad.items()]
+        # a range is judged by its ends: a knob the engine lacks is refused at either
+        ends = (param.low, param.high) if param.low is not None else ()
+        values = param.choices if param.kind == "categorical" else ends
+        bad = engine.unsupported_values(param.name, values)
+        problems += [f"parameters.{param.name}: {v!r}: {why}" for v, why in bad.items()]
     for knob, value in space.fixed.items():
         bad = engine.unsupported_values(knob, [value])
         problems += [f"fixed.{knob}: {v!r}: {why}" for v, why in bad.items()]
@@ -122,7 +124,7 @@ def check_engine(space: SearchSpace, engine: Engine) -> None:
         raise ConfigError(
             f"{engine.describe()} cannot run part of this space: " + "; ".join(problems),
             source=space.source,
-            hint="remove those values from the space, or use an SGLang release that has them",
+            hint="remove those values from the space, or use an engine release that has them",
         )
     refused = fixed_refusal(space, engine)
     if refused is not None:

@@ -30,6 +30,7 @@ from autotune.crashes import CRASH_CATEGORIES, classify_text
 from autotune.engines import Engine, EngineSpec, SimOptions, create_engine, engine_kinds
 
 DATA = Path(__file__).resolve().parents[1] / "crashes" / "data" / "sglang_logs"
+VLLM_DATA = Path(__file__).resolve().parent / "vllm" / "data" / "logs"
 PORT = 31234
 API_KEY = "sk-contract-secret-123"
 HF_TOKEN = "hf_contract_secret_456"
@@ -63,6 +64,19 @@ class EngineCase:
     meta_info: Mapping[str, Any] = field(default_factory=dict)
     completion_tokens: int = 0
     accept_length: float = 0.0
+    #: A speculative configuration the engine launches as given, and the knobs of it whose
+    #: values stand as words of its launch.
+    config: ServerConfig = field(default_factory=lambda: CONFIG)
+    launch_knobs: tuple[str, ...] = (
+        "speculative_num_steps",
+        "speculative_num_draft_tokens",
+        "mem_fraction_static",
+    )
+    #: EAGLE top-k values the engine drafts with (a chain-only engine: ``(1,)``).
+    topks: tuple[int, ...] = (1, 2, 4)
+    #: ``(before, after, accept length)``: the server's statistics bodies around a run, by
+    #: path, and the acceptance they mean (``None``: the engine reports per request).
+    server_stats: tuple[Mapping[str, str], Mapping[str, str], float] | None = None
 
 
 def _sglang_ready_lines() -> list[str]:
@@ -139,6 +153,54 @@ CASES: dict[str, EngineCase] = {
 }
 
 
+def _vllm_ready_lines() -> list[str]:
+    return ["INFO:     Application startup complete."]
+
+
+def _vllm_crash_logs() -> list[tuple[str, str]]:
+    """Real vLLM logs from public issue threads (see tests/engines/vllm/data/logs.json)."""
+    logs = ("01_oom_kv_pool", "16_oom_runtime", "10_bad_args", "13_unsupported_arch")
+    return [(VLLM_DATA.joinpath(f"{stem}.log").read_text(), stem[3:]) for stem in logs]
+
+
+def _vllm_metrics(drafts: int, proposed: int, accepted: int) -> str:
+    labels = '{engine="0",model_name="target"}'
+    return (
+        f"vllm:spec_decode_num_drafts_total{labels} {drafts}.0\n"
+        f"vllm:spec_decode_num_draft_tokens_total{labels} {proposed}.0\n"
+        f"vllm:spec_decode_num_accepted_tokens_total{labels} {accepted}.0\n"
+    )
+
+
+CASES["vllm"] = EngineCase(
+    spec=EngineSpec(
+        kind="vllm",
+        vllm_version="0.33.0",
+        model_path="/models/target",
+        draft_model_path="/models/draft",
+        check_paths=False,
+    ),
+    lacking=EngineSpec(kind="vllm", vllm_version="0.10.2", check_paths=False),
+    ready_lines=_vllm_ready_lines,
+    crash_logs=_vllm_crash_logs,
+    config=ServerConfig(
+        speculative_algorithm="EAGLE3",
+        speculative_num_steps=3,
+        gpu_memory_utilization=0.83,
+        cuda_graph_max_bs=24,
+        max_running_requests=40,
+    ),
+    launch_knobs=("gpu_memory_utilization", "cuda_graph_max_bs", "max_running_requests"),
+    topks=(1,),
+    # 100 chains of 3 drafted tokens, 180 of them accepted: 1 + 180 / 100 per verify pass
+    server_stats=(
+        {"/metrics": _vllm_metrics(20, 60, 30)},
+        {"/metrics": _vllm_metrics(120, 360, 210)},
+        2.8,
+    ),
+)
+
+
 def case_of(kind: str) -> EngineCase:
     found = CASES.get(kind)
     if found is None:
@@ -175,15 +237,16 @@ def test_the_adapter_is_the_registered_kind(kind: str, engine: Engine) -> None:
 
 
 # --- launch --------------------------------------------------------------------------------------
-def test_launch_is_built_for_the_config_and_port(engine: Engine) -> None:
-    launch = engine.build_launch(CONFIG, port=PORT)
+def test_launch_is_built_for_the_config_and_port(case: EngineCase, engine: Engine) -> None:
+    config = case.config
+    launch = engine.build_launch(config, port=PORT)
     assert launch.port == PORT and launch.url.endswith(f":{PORT}")
     assert str(PORT) in launch.argv
     assert engine.spec.model_path in launch.argv
     words = set(launch.argv) | set(launch.env.values())
-    for knob in ("speculative_num_steps", "speculative_num_draft_tokens", "mem_fraction_static"):
-        assert str(getattr(CONFIG, knob)) in words, f"{knob} is not in the launch"
-    other = engine.build_launch(CONFIG, port=PORT + 1)
+    for knob in case.launch_knobs:
+        assert str(getattr(config, knob)) in words, f"{knob} is not in the launch"
+    other = engine.build_launch(config, port=PORT + 1)
     assert str(PORT + 1) in other.argv and str(PORT) not in other.argv
 
 
@@ -193,7 +256,7 @@ def test_launch_keeps_secrets_out_of_its_display(case: EngineCase) -> None:
         extra_args=("--api-key", API_KEY),
         env={"HF_TOKEN": HF_TOKEN, "NCCL_DEBUG": "WARN"},
     )
-    launch = create_engine(spec).build_launch(CONFIG, port=PORT)
+    launch = create_engine(spec).build_launch(case.config, port=PORT)
     shown = launch.display()
     assert API_KEY not in shown and HF_TOKEN not in shown and API_KEY not in repr(launch)
     assert "NCCL_DEBUG=WARN" in shown  # what is not secret stays visible
@@ -205,7 +268,17 @@ def test_launch_keeps_secrets_out_of_its_display(case: EngineCase) -> None:
 
 # --- rules -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("steps", "topk"), [(2, 1), (3, 2), (4, 4)])
-def test_draft_tree_rule_refuses_outside_its_bounds(engine: Engine, steps: int, topk: int) -> None:
+def test_draft_tree_rule_refuses_outside_its_bounds(
+    case: EngineCase, engine: Engine, steps: int, topk: int
+) -> None:
+    if topk not in case.topks:  # a top-k the engine has no tree for is refused as such
+        config = ServerConfig(
+            speculative_algorithm="EAGLE3", speculative_num_steps=steps, speculative_eagle_topk=topk
+        )
+        refusal = engine.check_rules(config)
+        assert refusal is not None and refusal.knob == "speculative_eagle_topk", refusal
+        assert engine.unsupported_values("speculative_eagle_topk", [topk])
+        return
     low, high = engine.draft_token_bounds(steps, topk)
     assert 1 <= low <= high
 
@@ -307,6 +380,9 @@ def test_a_ready_log_is_no_crash(case: EngineCase, engine: Engine) -> None:
 # --- acceptance --------------------------------------------------------------------------------
 def test_meta_info_yields_acceptance(case: EngineCase, engine: Engine) -> None:
     api = engine.server_api()
+    if not case.meta_info:
+        assert api.from_meta_info({"completion_tokens": 64}).verify_ct is None
+        pytest.skip("this engine's answers carry no per-request speculative statistics")
     stats = api.from_meta_info(case.meta_info)
     acceptance = api.of_requests([(case.completion_tokens, stats)])
     assert acceptance is not None and acceptance.source == "request_meta_info"
@@ -319,6 +395,17 @@ def test_server_statistics_routes_are_paths(engine: Engine) -> None:
     for path in (*api.stats_before, *api.stats_after, api.flush_cache_path or "/"):
         assert path.startswith("/")
     assert api.from_server({}, {}) is None  # no answers: nothing measured
+
+
+def test_server_statistics_yield_acceptance(case: EngineCase, engine: Engine) -> None:
+    if case.server_stats is None:
+        pytest.skip("this engine's acceptance comes from its answers")
+    before, after, length = case.server_stats
+    api = engine.server_api()
+    assert set(before) <= set(api.stats_before) and set(after) <= set(api.stats_after)
+    acceptance = api.from_server(before, after)
+    assert acceptance is not None and acceptance.accept_length == pytest.approx(length)
+    assert api.from_server(after, after) is None  # nothing drafted in between
 
 
 def test_the_start_up_time_scale_is_that_of_the_box_it_stands_for(engine: Engine) -> None:

@@ -86,7 +86,7 @@ def test_without_sglang_here_the_hint_names_the_version_option() -> None:
     ("args", "message"),
     [
         (["--sglang-version", "0.5.23"], "applies to the sglang engine"),
-        (["--engine", "vllm"], "unknown engine 'vllm'"),
+        (["--engine", "tgi"], "unknown engine 'tgi'"),
     ],
 )
 def test_option_mistakes_are_config_errors(args: list[str], message: str) -> None:

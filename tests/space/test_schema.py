@@ -269,10 +269,10 @@ CASES = [
         id="workload-unknown-key",
     ),
     pytest.param(
-        SPEC + "engine:\n  kind: vllm\n",
-        "kind: vllm",
+        SPEC + "engine:\n  kind: tgi\n",
+        "kind: tgi",
         "engine.kind",
-        "allowed: sim, sglang",
+        "allowed: sim, sglang, vllm",
         id="engine-kind",
     ),
     pytest.param(

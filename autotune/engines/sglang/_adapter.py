@@ -149,6 +149,12 @@ def spell_knob(
                     "spec_v2 (releases 0.5.5 to 0.5.13 choose the speculative worker with it; "
                     "later ones always run the v2 worker)"
                 )
+    elif knob == "gpu_memory_utilization":
+        if value is not None:
+            out.missing = (
+                f"{flags.release} has no share of the whole GPU memory ({knob} is vLLM's knob); "
+                "SGLang's memory knob is mem_fraction_static"
+            )
     elif knob in _SIMPLE_VALUE_KNOBS:
         flag = _SIMPLE_VALUE_KNOBS[knob]
         if value is not None and need(flag):

@@ -323,7 +323,7 @@ def test_create_engine_picks_the_adapter_by_kind() -> None:
     adapter = create_engine(EngineSpec(kind="sglang", sglang_version="0.5.3"))
     assert isinstance(adapter, SGLangEngine)
     with pytest.raises(ConfigError, match="unknown engine kind"):
-        create_engine(EngineSpec(kind="vllm"))
+        create_engine(EngineSpec(kind="tgi"))
 
 
 def test_describe_names_the_release_and_where_its_flags_come_from() -> None:

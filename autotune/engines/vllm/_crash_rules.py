@@ -1,0 +1,219 @@
+"""What vLLM log lines mean: the patterns behind every crash category.
+
+The wording comes from vLLM's own messages (its KV-cache check in ``v1/core``, its worker's
+memory check, its engine-core start-up), from PyTorch (CUDA out of memory, CUDA errors), NCCL
+and argparse. Each function reads one normalised line; context a line cannot carry (the frames
+of its traceback, whether CUDA-graph capture is under way) is passed in by the generic
+classifier of :mod:`autotune.crashes`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from autotune.crashes import TAG_LOADING
+
+TAG_CAPTURE = "capture"
+TAG_PROFILE = "profile"
+TAG_NCCL = "nccl"
+TAG_ARGS = "args"
+TAG_KV_CACHE = "kv_cache"
+
+#: When a log shows several specific causes, the first of these wins (NCCL failures last: they
+#: are usually other ranks noticing that one rank died of something else).
+CAUSE_PRIORITY: tuple[str, ...] = (
+    "oom_kv_pool",
+    "oom_cuda_graph",
+    "graph_capture_other",
+    "oom_runtime",
+    "unsupported_arch",
+    "bad_args",
+    "port_in_use",
+    "nccl_error",
+)
+#: The category an unfinished traceback points to by its frame tags, best first.
+TAG_HINTS: tuple[tuple[str, str], ...] = (
+    (TAG_KV_CACHE, "oom_kv_pool"),
+    (TAG_CAPTURE, "graph_capture_other"),
+    (TAG_NCCL, "nccl_error"),
+    (TAG_ARGS, "bad_args"),
+)
+
+#: vLLM's KV-cache check: no memory left for one block, or not enough for one max-length request
+#: (v1 ``kv_cache_utils`` / ``kv_cache_planning``; the older engine's wording too).
+KV_CACHE = re.compile(
+    r"No available memory for the cache blocks"
+    r"|larger than the available KV cache memory"
+    r"|is larger than the maximum number of tokens that can be stored in KV cache"
+    r"|Insufficient memory for the KV cache|num_gpu_blocks\s*(?:=|is)\s*0\b",
+    re.I,
+)
+#: The part of a KV-cache message that says the model's length is what does not fit.
+MAX_MODEL_LEN = re.compile(r"max seq len|max_model_len|maximum number of tokens", re.I)
+#: The instance's share asks for more than the GPU has free (another process holds memory).
+FREE_MEMORY = re.compile(
+    r"Free memory on device .{0,120}?is less than (?:desired GPU memory utilization"
+    r"|the engine's budget)",
+    re.I,
+)
+OOM = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory",
+    re.I,
+)
+_HOST_MEMORY = re.compile(r"CPUAllocator|host memory|oom[-_]kill|pinned memory", re.I)
+_CAPTURE_OP = re.compile(
+    r"operation not permitted when stream is capturing|cudaErrorStreamCapture\w*"
+    r"|operation failed due to a previous error during capture",
+    re.I,
+)
+NCCL = re.compile(
+    r"\bNCCL (?:error|Error \d+)|\bnccl(?:InternalError|SystemError|UnhandledCudaError"
+    r"|InvalidUsage|InvalidArgument|RemoteError)\b"
+    r"|Watchdog caught collective operation timeout|DistBackendError"
+    r"|ncclCommInitRank failed|ProcessGroupNCCL\S*\s.{0,80}(?:timed out|timeout|exception)",
+    re.I,
+)
+_PORT_IN_USE = re.compile(
+    r"address already in use|\bEADDRINUSE\b|\[Errno 98\]|error while attempting to bind", re.I
+)
+_ARCH = re.compile(
+    r"no kernel image is available|cudaErrorNoKernelImageForDevice"
+    r"|(?:compute|device|cuda|gpu) capability\b[^.;]{0,60}?\b(?:not supported|unsupported"
+    r"|is not compatible|below|at least|or (?:higher|above|newer)|minimum|required|requires)"
+    r"|(?:not supported|unsupported) (?:on|for) (?:sm_?|SM ?)\d{2,3}[af]?\b"
+    r"|\bsm_?\d{2,3}[af]?\b[^.;]{0,40}?\b(?:not supported|unsupported|is not compatible)"
+    r"|only supports? (?:Ampere|Hopper|Blackwell|sm_?\d{2,3})"
+    r"|Bfloat16 is only supported on GPUs with compute capability",
+    re.I,
+)
+_ARGPARSE = re.compile(
+    r"\berror: (?:unrecognized arguments?|argument -|ambiguous option|the following arguments"
+    r" are required|invalid choice|expected one argument)"
+)
+#: pydantic's report on one of vLLM's config classes ("1 validation error for SpeculativeConfig").
+_VALIDATION = re.compile(r"\d+ validation errors? for \w*Config\b|\bValue error, ", re.I)
+_ARG_EXCEPTIONS = frozenset({"ValueError", "TypeError", "NotImplementedError", "ArgumentError"})
+_ARG_WORDS = re.compile(
+    r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b|\bspeculative\w*|\bnum_speculative_tokens\b"
+    r"|\b(?:gpu_memory_utilization|max_num_seqs|max_num_batched_tokens|tensor_parallel_size"
+    r"|block_size|max_model_len|draft_tensor_parallel_size|cudagraph_capture_sizes)\b"
+)
+_STRONG = re.compile(
+    r"Engine core initialization failed|EngineCore failed to start|EngineDeadError"
+    r"|Engine process failed to start|Worker proc \S+ died|WorkerProc initialization failed"
+    r"|died unexpectedly|Segmentation fault|core dumped|Fatal Python error"
+    r"|terminate called after throwing|^\s*Killed\s*$"
+)
+_WARNING = re.compile(r"\bWARNING\b|\bWARN\b|Warning:|\w+Warning\b|^\s*\[W[\d ]|^\s*W\d{4} ")
+_NOISE = (" NCCL INFO ", "warnings.warn(", "Using a slow tokenizer")
+_TRIGGER = re.compile(
+    r"memory|captur|nccl|error|exception|traceback|file \"|capabilit|sm_?\d|kernel image"
+    r"|usage:|startup complete|throughput|initializ|dead|died|kill|fault|abort|terminat"
+    r"|what\(\)|warn|loading|exit|fatal|not supported|only support|address|unrecognized"
+    r"|ambiguous|watchdog|require|segment|dump|\[e\d|fail|interrupt|kv cache|cache blocks"
+    r"|errno 98|eaddrinuse|validation|graph"
+)
+
+
+def may_matter(line: str) -> bool:
+    return _TRIGGER.search(line.lower()) is not None
+
+
+def is_noise(line: str) -> bool:
+    return any(marker in line for marker in _NOISE)
+
+
+def is_warning(line: str) -> bool:
+    return _WARNING.search(line) is not None
+
+
+def is_strong_crash(line: str) -> bool:
+    """A line only a dying vLLM prints ("Engine core initialization failed", a dead worker)."""
+    return _STRONG.search(line) is not None
+
+
+def frame_tags(path: str, func: str) -> frozenset[str]:
+    """What one traceback frame of vLLM was doing, by its file and function."""
+    tags: set[str] = set()
+    where = f"{path} {func}".lower()
+    if "capture" in func.lower() or "cudagraph" in where or "cuda_graph" in where:
+        tags.add(TAG_CAPTURE)
+    if func in ("profile_run", "determine_available_memory", "_dummy_sampler_run"):
+        tags.add(TAG_PROFILE)
+    if func in ("load_model", "load_weights") or "model_loader" in path:
+        tags.add(TAG_LOADING)
+    if "nccl" in where:
+        tags.add(TAG_NCCL)
+    if "arg_utils" in path or "/config/" in path or func == "create_engine_config":
+        tags.add(TAG_ARGS)
+    if "kv_cache_utils" in path or "kv_cache_planning" in path:
+        tags.add(TAG_KV_CACHE)
+    return frozenset(tags)
+
+
+def specific_cause(
+    line: str,
+    exception: tuple[str, str] | None,
+    tags: frozenset[str],
+    capture_phase: bool,
+) -> tuple[str, int] | None:
+    """The crash category a non-warning line names by itself or with its traceback's frames,
+    and where in the line the deciding text starts."""
+    m = KV_CACHE.search(line)
+    if m is not None:
+        return "oom_kv_pool", m.start()
+    m = FREE_MEMORY.search(line)
+    if m is not None:
+        return "oom_runtime", m.start()
+    m = OOM.search(line)
+    if m is None and exception is not None and not _HOST_MEMORY.search(line):
+        m = re.search(r"\bout of memory\b", line, re.I)
+    if m is not None:
+        if TAG_CAPTURE in tags or (capture_phase and not tags & {TAG_PROFILE, TAG_LOADING}):
+            return "oom_cuda_graph", m.start()
+        return "oom_runtime", m.start()
+    m = _CAPTURE_OP.search(line)
+    if m is not None:
+        return "graph_capture_other", m.start()
+    m = _PORT_IN_USE.search(line)
+    if m is not None:
+        return "port_in_use", m.start()
+    m = NCCL.search(line)
+    if m is not None:
+        return "nccl_error", m.start()
+    m = _ARCH.search(line)
+    if m is not None and (exception is not None or re.search(r"error|fail", line, re.I)):
+        return "unsupported_arch", m.start()
+    m = _ARGPARSE.search(line) or _VALIDATION.search(line)
+    if m is not None:
+        return "bad_args", m.start()
+    if exception is not None:
+        return _from_context(exception, tags, capture_phase)
+    return None
+
+
+def _from_context(
+    exception: tuple[str, str], tags: frozenset[str], capture_phase: bool
+) -> tuple[str, int] | None:
+    kind, message = exception
+    if TAG_CAPTURE in tags:
+        return "graph_capture_other", 0
+    if TAG_NCCL in tags:
+        return "nccl_error", 0
+    if kind in _ARG_EXCEPTIONS:
+        if TAG_ARGS in tags:
+            return "bad_args", 0
+        if not tags & {TAG_LOADING, TAG_PROFILE} and _ARG_WORDS.search(message):
+            return "bad_args", 0
+    return None
+
+
+def hint_of(line: str) -> tuple[str, int] | None:
+    """A category a line suggests without deciding it (argparse usage, an arch note)."""
+    if re.match(r"^\s*usage: \S+", line):
+        return "bad_args", 0
+    m = _ARCH.search(line)
+    if m is not None:
+        return "unsupported_arch", m.start()
+    return None

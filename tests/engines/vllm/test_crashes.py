@@ -1,0 +1,69 @@
+"""vLLM's crash rules on real vLLM logs that users pasted into public issue threads.
+
+The logs and their labels are listed in ``data/logs.json`` with the thread each comes from.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.crashes import LiveClassifier, classify_text
+from autotune.engines.vllm import VLLM_CRASH_RULES
+from autotune.engines.vllm._crashes import strip_prefix
+
+DATA = Path(__file__).resolve().parent / "data"
+INDEX: list[dict[str, Any]] = json.loads((DATA / "logs.json").read_text())["logs"]
+
+
+def test_the_corpus_is_real_and_large_enough() -> None:
+    crashes = [e for e in INDEX if e["label"] != "starting"]
+    assert len(crashes) >= 15
+    assert all(e["source"].startswith("https://github.com/vllm-project/") for e in INDEX)
+    assert {e["label"] for e in crashes} >= {
+        "oom_kv_pool",
+        "oom_cuda_graph",
+        "oom_runtime",
+        "nccl_error",
+        "bad_args",
+    }
+
+
+@pytest.mark.parametrize("entry", INDEX, ids=[e["file"] for e in INDEX])
+def test_each_log_gets_the_label_its_thread_gives(entry: dict[str, Any]) -> None:
+    text = (DATA / "logs" / entry["file"]).read_text()
+    verdict = classify_text(text, VLLM_CRASH_RULES)
+    assert verdict.category == entry["label"], (entry["source"], verdict.evidence)
+    if entry["label"] == "starting":
+        assert not verdict.is_crash
+        return
+    assert verdict.is_crash and verdict.evidence and verdict.line_number and verdict.advice
+    line = text.splitlines()[verdict.line_number - 1]
+    assert strip_prefix(verdict.evidence.strip())[:20] in line
+
+
+def test_a_kv_cache_crash_advises_vllms_own_knobs() -> None:
+    blocks = classify_text((DATA / "logs" / "01_oom_kv_pool.log").read_text(), VLLM_CRASH_RULES)
+    assert "raise gpu_memory_utilization" in blocks.advice
+    too_long = classify_text((DATA / "logs" / "05_oom_kv_pool.log").read_text(), VLLM_CRASH_RULES)
+    assert "max_model_len" in too_long.advice and "max-model-len" in too_long.advice
+    graphs = classify_text((DATA / "logs" / "06_oom_cuda_graph.log").read_text(), VLLM_CRASH_RULES)
+    assert "--enforce-eager" in graphs.advice
+
+
+def test_the_live_reader_stops_at_the_deciding_line() -> None:
+    lines = (DATA / "logs" / "04_oom_kv_pool.log").read_text().splitlines()
+    live = LiveClassifier(VLLM_CRASH_RULES)
+    decided = [n for n, line in enumerate(lines, 1) if live.feed(line) is not None]
+    assert decided and decided[0] == 6  # the worker's exception line, not the weights lines
+
+
+def test_vllms_prefixes_are_stripped_for_tracebacks() -> None:
+    prefix = "(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] "
+    line = prefix + '  File "x.py"'
+    assert strip_prefix(line) == '  File "x.py"'
+    assert strip_prefix("(EngineCore_DP0 pid=6880) ValueError: no") == "ValueError: no"
+    assert strip_prefix("INFO 09-28 15:57:15 [default_loader.py:268] Loading") == "Loading"
