@@ -98,7 +98,7 @@ def test_ctrl_c_during_the_confirmation_keeps_its_runs_and_confirm_goes_on(
     space = lab.space("conf-int", configs=CONFIGS, confirm={**CONFIRM, "max_rounds": 4}, noise=0.02)
     tuner = lab.spawn("study", "start", "--space", str(space), "--n-trials", "3", "--seed", "2")
 
-    lab.wait_for("a confirmation run", lambda: _measured(lab, "conf-int") >= 2, timeout=120)
+    lab.wait_for("a confirmation run", lambda: _measured(lab, "conf-int") >= 2, timeout=300)
     lab.wait_server()  # the next confirmation run is starting: stop it there
     tuner.send_signal(signal.SIGINT)
     stopped = lab.finish(tuner)
@@ -176,7 +176,7 @@ def test_a_server_left_by_a_killed_confirmation_is_stopped_by_the_next(lab: Stud
     space = lab.space("conf-kill", configs=CONFIGS, confirm=CONFIRM, noise=0.02)
     tuner = lab.spawn("study", "start", "--space", str(space), "--n-trials", "3", "--seed", "2")
 
-    lab.wait_for("a confirmation run", lambda: _measured(lab, "conf-kill") >= 1, timeout=120)
+    lab.wait_for("a confirmation run", lambda: _measured(lab, "conf-kill") >= 1, timeout=300)
     server = lab.wait_server()  # a confirmation run's server: its tuner dies under it
     tuner.kill()
     tuner.wait(timeout=30)
