@@ -14,10 +14,12 @@ times, by the one storage wrapper :class:`RetryLockedStorage` that :func:`open_s
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,9 +139,10 @@ def check_writable(folder: Path, *, what: str) -> None:
     """
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".autotune-write-test"
+        # a probe of this process's own: two tuners starting at once must not remove each other's
+        probe = folder / f".autotune-write-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         probe.write_text("ok")
-        probe.unlink()
+        probe.unlink(missing_ok=True)
     except OSError as e:
         raise StorageError(
             f"cannot write the {what} folder {str(folder)!r}: {e.strerror or e}",
