@@ -8,12 +8,12 @@ this machine unless ``engine.check_paths`` is false or a launch prefix runs them
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
+
+from autotune.engines._paths import resolve_paths
 
 if TYPE_CHECKING:
     from autotune._document import Section
@@ -63,40 +63,4 @@ def read_vllm_section(sec: Section, spec: EngineSpec, *, base: Path) -> EngineSp
     Raises:
         ConfigError: a model path that is not a folder here, an interpreter not found.
     """
-    model, draft, python = spec.model_path, spec.draft_model_path, spec.python
-    if spec.check_paths:
-        model = _local_dir(sec, "model_path", model, base)
-        draft = None if draft is None else _local_dir(sec, "draft_model_path", draft, base)
-    if python is not None and not spec.launch_prefix:
-        python = _interpreter(sec, python, base, spec.check_paths)
-    return dataclasses.replace(spec, model_path=model, draft_model_path=draft, python=python)
-
-
-def _local_dir(sec: Section, key: str, raw: str, base: Path) -> str:
-    path = Path(raw).expanduser()
-    if not path.is_absolute():
-        path = base / path
-    if not path.is_dir():
-        raise sec.error(
-            f"{key} {str(path)!r} is not a directory on this machine",
-            key,
-            hint="for a hub id or a path on a remote box (launch_prefix), set check_paths: false",
-        )
-    return str(path)
-
-
-def _interpreter(sec: Section, raw: str, base: Path, check: bool) -> str:
-    if "/" in raw:
-        path = Path(raw).expanduser()
-        resolved = str(path if path.is_absolute() else base / path)
-        found = Path(resolved).is_file()
-    else:
-        resolved = raw
-        found = shutil.which(raw) is not None
-    if check and not found:
-        raise sec.error(
-            f"python interpreter {resolved!r} not found",
-            "python",
-            hint="name the bin/python of the environment vLLM is installed in",
-        )
-    return resolved
+    return resolve_paths(sec, spec, base=base, engine="vLLM")
