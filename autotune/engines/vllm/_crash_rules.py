@@ -84,7 +84,10 @@ _ARCH = re.compile(
     r"|(?:not supported|unsupported) (?:on|for) (?:sm_?|SM ?)\d{2,3}[af]?\b"
     r"|\bsm_?\d{2,3}[af]?\b[^.;]{0,40}?\b(?:not supported|unsupported|is not compatible)"
     r"|only supports? (?:Ampere|Hopper|Blackwell|sm_?\d{2,3})"
-    r"|Bfloat16 is only supported on GPUs with compute capability",
+    r"|Bfloat16 is only supported on GPUs with compute capability"
+    # Triton's bundled PTX assembler failing for the GPU's SM (a toolchain older than the GPU):
+    # "ptxas -lineinfo -v --gpu-name=sm_120 ... returned non-zero exit status 255"
+    r"|\bptxas\b[^'\"]{0,200}--gpu-name[= ]sm_?\d{2,3}[af]?\b[^'\"]{0,300}['\"]? returned non-zero",
     re.I,
 )
 _ARGPARSE = re.compile(
@@ -103,6 +106,7 @@ _STRONG = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|EngineDeadError"
     r"|Engine process failed to start|Worker proc \S+ died|WorkerProc initialization failed"
     r"|died unexpectedly|Segmentation fault|core dumped|Fatal Python error"
+    r"|Error executing method"
     r"|terminate called after throwing|^\s*Killed\s*$"
 )
 _WARNING = re.compile(r"\bWARNING\b|\bWARN\b|Warning:|\w+Warning\b|^\s*\[W[\d ]|^\s*W\d{4} ")
@@ -113,6 +117,20 @@ _TRIGGER = re.compile(
     r"|what\(\)|warn|loading|exit|fatal|not supported|only support|address|unrecognized"
     r"|ambiguous|watchdog|require|segment|dump|\[e\d|fail|interrupt|kv cache|cache blocks"
     r"|errno 98|eaddrinuse|validation|graph"
+)
+
+
+# setting up torch.distributed and the parallel groups (the NCCL communicators among them): a
+# start-up that dies here failed to connect its ranks
+_DIST_INIT_FUNCS = frozenset(
+    {
+        "init_distributed_environment",
+        "init_worker_distributed_environment",
+        "initialize_model_parallel",
+        "ensure_model_parallel_initialized",
+        "init_model_parallel_group",
+        "init_process_group",
+    }
 )
 
 
@@ -143,9 +161,13 @@ def frame_tags(path: str, func: str) -> frozenset[str]:
         tags.add(TAG_PROFILE)
     if func in ("load_model", "load_weights") or "model_loader" in path:
         tags.add(TAG_LOADING)
-    if "nccl" in where:
+    if "nccl" in where or func in _DIST_INIT_FUNCS:
         tags.add(TAG_NCCL)
-    if "arg_utils" in path or "/config/" in path or func == "create_engine_config":
+    if (
+        "arg_utils" in path
+        or "/config/" in path
+        or func in ("create_engine_config", "parse_args", "check_parse_args")
+    ):
         tags.add(TAG_ARGS)
     if "kv_cache_utils" in path or "kv_cache_planning" in path:
         tags.add(TAG_KV_CACHE)
