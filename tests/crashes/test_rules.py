@@ -245,3 +245,9 @@ def test_a_frame_wrapped_after_its_path_keeps_its_function() -> None:
 def test_a_ci_timestamp_in_brackets_is_a_prefix() -> None:
     line = '[2026-02-24T20:21:58Z] (EngineCore_DP0 pid=1)   File "/s/x.py", line 9, in run'
     assert RULES.parse_frame(normalise(line)) == ("/s/x.py", "run")
+
+
+def test_an_sm_refusal_and_an_unsupported_capability_read_as_unsupported_arch() -> None:
+    assert _read("SGlang only supports sm 75 and  above\n") == "unsupported_arch"
+    assert _read("ValueError: Unsupported compute capability: 12.0\n") == "unsupported_arch"
+    assert _read("WARNING: FlashInfer only supports sm75 and above, using triton\n") == "starting"

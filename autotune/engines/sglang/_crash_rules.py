@@ -87,7 +87,8 @@ _NCCL_WARN_FAILURE = re.compile(
     re.I,
 )
 _ARCH = re.compile(
-    r"only supports sm_?\d+|no kernel image is available|cudaErrorNoKernelImageForDevice"
+    r"only supports sm[ _]?\d+|no kernel image is available|cudaErrorNoKernelImageForDevice"
+    r"|\bunsupported (?:compute|cuda|gpu|device) capabilit"
     r"|No supported CUDA architectures? found"
     r"|(?:compute|device|cuda|gpu) capability\b[^.;]{0,60}?\b(?:not supported|unsupported"
     r"|is not compatible|not in its|below|at least|or (?:higher|above|newer)|minimum"
@@ -116,6 +117,11 @@ _ARCH = re.compile(
     re.I,
 )
 # what a kernel library's own check says when it rejects the GPU (raised in its frames)
+# a check that names the lowest SM it runs on ("SGlang only supports sm 75 and above"): printed
+# only when it refuses the GPU, so it decides without an error word on the line
+_ARCH_REFUSAL = re.compile(
+    r"\bonly supports? sm[ _]?\d{2,3}[af]?\+?(?:\s+and\s+(?:above|higher|newer|later))", re.I
+)
 _KERNEL_ARCH_WORDS = re.compile(r"\barch|\bsm_?\d{2,3}|\bSM ?\d{2,3}\b|compute capability", re.I)
 _MODEL_ARCH = re.compile(r"Model architectures?\b|architectures? \[", re.I)
 _ERRORISH = re.compile(r"error|fail|what\(\)|fatal|abort|exception|^\s*\[E\d", re.I)
@@ -226,6 +232,9 @@ def specific_cause(
         m = _ARCH.search(line)
         if m is not None and not _MODEL_ARCH.search(line):
             return ("graph_capture_other" if in_capture_tb else "unsupported_arch"), m.start()
+    m = _ARCH_REFUSAL.search(line)
+    if m is not None:
+        return "unsupported_arch", m.start()
     m = _ARGPARSE.search(line)
     if m is not None:
         return "bad_args", m.start()

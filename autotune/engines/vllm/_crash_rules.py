@@ -45,7 +45,9 @@ KV_CACHE = re.compile(
     r"No available memory for the cache blocks"
     r"|larger than the available KV cache memory"
     r"|is larger than the maximum number of tokens that can be stored in KV cache"
-    r"|Insufficient memory for the KV cache|num_gpu_blocks\s*(?:=|is)\s*0\b",
+    r"|Insufficient memory for the KV cache|num_gpu_blocks\s*(?:=|is)\s*0\b"
+    # the engine's own count of KV-cache blocks (older engine) or tokens (v1) at zero
+    r"|# GPU blocks: 0\b|GPU KV cache size: 0 tokens",
     re.I,
 )
 #: The part of a KV-cache message that says the model's length is what does not fit.
@@ -83,7 +85,8 @@ _ARCH = re.compile(
     r"|is not compatible|below|at least|or (?:higher|above|newer)|minimum|required|requires)"
     r"|(?:not supported|unsupported) (?:on|for) (?:sm_?|SM ?)\d{2,3}[af]?\b"
     r"|\bsm_?\d{2,3}[af]?\b[^.;]{0,40}?\b(?:not supported|unsupported|is not compatible)"
-    r"|only supports? (?:Ampere|Hopper|Blackwell|sm_?\d{2,3})"
+    r"|only supports? (?:Ampere|Hopper|Blackwell|sm[ _]?\d{2,3})"
+    r"|\bunsupported (?:compute|cuda|gpu|device) capabilit"
     r"|Bfloat16 is only supported on GPUs with compute capability"
     # Triton's bundled PTX assembler failing for the GPU's SM (a toolchain older than the GPU):
     # "ptxas -lineinfo -v --gpu-name=sm_120 ... returned non-zero exit status 255"
@@ -116,7 +119,7 @@ _TRIGGER = re.compile(
     r"|usage:|startup complete|throughput|initializ|dead|died|kill|fault|abort|terminat"
     r"|what\(\)|warn|loading|exit|fatal|not supported|only support|address|unrecognized"
     r"|ambiguous|watchdog|require|segment|dump|\[e\d|fail|interrupt|kv cache|cache blocks"
-    r"|errno 98|eaddrinuse|validation|graph"
+    r"|errno 98|eaddrinuse|validation|graph|gpu blocks"
 )
 
 

@@ -91,3 +91,10 @@ def test_an_error_raised_while_parsing_the_command_line_is_bad_arguments() -> No
     assert classify_text(text, VLLM_CRASH_RULES).category == "bad_args"
     served = text.replace("parse_args", "load_model").replace("cli/main.py", "worker.py")
     assert classify_text(served, VLLM_CRASH_RULES).category == "other_crash"
+
+
+def test_zero_kv_cache_blocks_read_as_a_kv_cache_that_does_not_fit() -> None:
+    old = "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 0, # CPU blocks: 256\n"
+    assert classify_text(old, VLLM_CRASH_RULES).category == "oom_kv_pool"
+    fine = "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 2291, # CPU blocks: 256\n"
+    assert classify_text(fine, VLLM_CRASH_RULES).category == "starting"
