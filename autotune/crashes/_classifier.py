@@ -138,6 +138,12 @@ class LiveClassifier:
             return False
         if self._after_frame:
             self._after_frame = False
+            tail = rules.parse_frame_tail(line)
+            if tail is not None:
+                # a frame wrapped after its path: its function is on this line
+                self._after_frame = True
+                self._tag_frame(line, "", tail)
+                return False
             if rules.parse_frame(line) is None and (
                 line.startswith("    ") or rules.is_source_code(line)
             ):

@@ -24,8 +24,10 @@ _ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?
 # One prefix at a time, anchored at the start; tried in this order at each position.
 _PREFIX = re.compile(
     r"(?:"
-    # SGLang: "[2025-02-17 10:13:46 TP4] ", "[2025-02-17 10:13:46] ", "[DP1 TP3 EP3] "
-    r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:\s+[A-Z][A-Z_]{0,11}\d+)*\] ?"
+    # SGLang: "[2025-02-17 10:13:46 TP4] ", "[2025-02-17 10:13:46] ", "[DP1 TP3 EP3] "; a CI
+    # runner's "[2026-02-24T20:21:58Z] "
+    r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"(?:\s+[A-Z][A-Z_]{0,11}\d+)*\] ?"
     r"|\[[A-Z][A-Z_]{0,11}\d+(?:\s+[A-Z][A-Z_]{0,11}\d+)*\] ?"
     # ISO and `docker logs -t` timestamps, Python logging's "2025-02-17 10:13:46,123 "
     r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})? ?"

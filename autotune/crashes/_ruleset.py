@@ -49,6 +49,8 @@ _EXCEPTION = re.compile(
 )
 _CPP_WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
 _SOURCE_MARKS = re.compile(r"^\s*[\^~]+\s*$")
+# the rest of a frame line that a terminal wrapped after the file's path: ', line 257, in __init__'
+_FRAME_TAIL = re.compile(r"^\s*, line \d+(?:, in ([\w<>.]+))?\s*$")
 _CALL = re.compile(r"([A-Za-z_]\w*)\s*\(")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 # a Python statement, as a traceback shows it under a frame: "raise RuntimeError(...)",
@@ -182,6 +184,15 @@ class CrashRules(abc.ABC):
         if m is None:
             return None
         return m.group(1), m.group(2) or ""
+
+    def parse_frame_tail(self, line: str) -> str | None:
+        """The function of a frame whose line was wrapped after its path (the next line reads
+        ``, line 257, in __init__``), ``""`` when the tail names none, ``None`` when ``line``
+        is not such a tail."""
+        m = _FRAME_TAIL.match(line)
+        if m is None:
+            return None
+        return m.group(1) or ""
 
     def called_function(self, source: str) -> str:
         """The function a traceback source line calls (``self.init_memory_pool(x)``), or

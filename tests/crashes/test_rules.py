@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.crashes import CRASH_CATEGORIES, TAG_DRAFT
+from autotune.crashes._lines import normalise
 from autotune.engines.sglang import _crash_rules as rules
 from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES as RULES
 
@@ -177,3 +178,76 @@ def test_only_graph_capture_functions_are_capture() -> None:
     assert rules.TAG_CAPTURE in rules.frame_tags("/torch/cuda/graphs.py", "__exit__")
     for func in ("capture_for_decode", "capture_hidden_states", "forward"):
         assert rules.TAG_CAPTURE not in rules.frame_tags("/s/speculative/eagle_info.py", func)
+
+
+def _read(text: str) -> str:
+    from autotune.crashes import classify_text
+
+    return classify_text(text, RULES).category
+
+
+def test_a_traceback_cut_inside_distributed_init_reads_as_nccl() -> None:
+    cut = (
+        "[2025-01-01 00:00:00 TP1] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/s/sglang/srt/model_executor/model_runner.py", line 163, in __init__\n'
+        "    min_per_gpu_memory = self.init_torch_distributed()\n"
+        '  File "/s/sglang/srt/model_executor/model_runner.py", line 298, in x\n'
+        "    initialize_model_parallel(tensor_model_parallel_size=self.tp_size)\n"
+        '  File "/s/sglang/srt/distributed/paral\n'
+    )
+    assert _read(cut) == "nccl_error"
+    # an error with a cause of its own keeps it, wherever it was raised
+    oom = cut + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert _read(oom) != "nccl_error"
+
+
+def test_custom_all_reduce_graph_buffers_are_part_of_graph_capture() -> None:
+    frame = (
+        '  File "/s/device_communicators/custom_all_reduce.py", line 307, in register_graph_buffers'
+    )
+    assert _read("Traceback (most recent call last):\n" + frame + "\n") == "graph_capture_other"
+    quoted = (
+        "RuntimeError: invalid argument\n"
+        "torch.ops.sgl_kernel.get_graph_buffer_ipc_meta.default(x)\n"
+    )
+    assert _read(quoted) == "graph_capture_other"
+    assert _read("RuntimeError: invalid argument\n") == "other_crash"
+
+
+def test_the_servers_usage_block_reads_as_bad_arguments_even_without_its_error_line() -> None:
+    usage = "usage: launch_server.py [-h] --model-path MODEL_PATH [--port PORT]\n"
+    assert _read(usage) == "bad_args"
+    assert _read("usage: sglang serve [-h] --model-path MODEL_PATH\n") == "bad_args"
+    assert _read("usage: some_other_tool.py [-h]\n") == "starting"
+
+
+def test_kernel_builds_missing_for_the_gpus_sm_read_as_unsupported_arch() -> None:
+    loader = "ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library!\n"
+    assert _read(loader) == "unsupported_arch"
+    ptxas = (
+        "subprocess.CalledProcessError: Command '/x/triton/backends/nvidia/bin/ptxas -lineinfo"
+        " -v --gpu-name=sm_120 /tmp/a.ptx -o /tmp/a.ptx.o' returned non-zero exit status 255.\n"
+    )
+    assert _read(ptxas) == "unsupported_arch"
+    other = "subprocess.CalledProcessError: Command 'make all' returned non-zero exit status 2.\n"
+    assert _read(other) == "other_crash"
+
+
+def test_a_frame_wrapped_after_its_path_keeps_its_function() -> None:
+    wrapped = (
+        "Traceback (most recent call last):\n"
+        '  File "/s/sglang/srt/distributed/parallel_state.py"\n'
+        ", line 1121, in ensure_model_parallel_initialized\n"
+    )
+    assert _read(wrapped) == "nccl_error"
+
+
+def test_a_ci_timestamp_in_brackets_is_a_prefix() -> None:
+    line = '[2026-02-24T20:21:58Z] (EngineCore_DP0 pid=1)   File "/s/x.py", line 9, in run'
+    assert RULES.parse_frame(normalise(line)) == ("/s/x.py", "run")
+
+
+def test_an_sm_refusal_and_an_unsupported_capability_read_as_unsupported_arch() -> None:
+    assert _read("SGlang only supports sm 75 and  above\n") == "unsupported_arch"
+    assert _read("ValueError: Unsupported compute capability: 12.0\n") == "unsupported_arch"
+    assert _read("WARNING: FlashInfer only supports sm75 and above, using triton\n") == "starting"

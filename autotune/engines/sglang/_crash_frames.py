@@ -77,6 +77,21 @@ _FORWARD_FUNCS = frozenset(
         "verify",
     }
 )
+# setting up torch.distributed and the parallel groups (NCCL communicators, the gloo/TCP store):
+# a start-up that dies here failed to connect its ranks
+_DIST_INIT_FUNCS = frozenset(
+    {
+        "init_torch_distributed",
+        "init_distributed_environment",
+        "initialize_model_parallel",
+        "ensure_model_parallel_initialized",
+        "init_model_parallel_group",
+        "init_process_group",
+    }
+)
+# custom all-reduce's registration of the buffers a captured graph uses (register_graph_buffers,
+# get_graph_buffer_ipc_meta): it runs only at the end of a graph capture
+_GRAPH_BUFFERS = re.compile(r"graph_buffer")
 # kernel libraries whose own checks reject a GPU (FlashInfer, sgl-kernel, DeepGEMM, Triton, ...)
 _KERNEL_PATHS = re.compile(
     r"/(?:flashinfer|sgl_kernel|sglang_kernel|deep_gemm|deepgemm|triton|flash_attn|tilelang|cutlass"
@@ -96,6 +111,7 @@ def frame_tags(path: str, func: str) -> frozenset[str]:
         or "cudagraphrunner" in f
         or "torch/cuda/graphs.py" in p
     )
+    capturing = capturing or _GRAPH_BUFFERS.search(f) is not None
     if (capturing and "replay" not in f) or ("cuda_graph_runner" in p and f == "__init__"):
         tags.add(TAG_CAPTURE)
     if "draft" in p or "draft" in f:
@@ -115,7 +131,7 @@ def frame_tags(path: str, func: str) -> frozenset[str]:
         or f in ("prepare_server_args", "check_server_args", "from_cli_args")
     ):
         tags.add(TAG_ARGS)
-    if "nccl" in p or "nccl" in f:
+    if "nccl" in p or "nccl" in f or f in _DIST_INIT_FUNCS:
         tags.add(TAG_NCCL)
     if "model_loader" in p or f in ("load_model", "load_weights", "get_model", "create_weights"):
         tags.add(TAG_LOADING)

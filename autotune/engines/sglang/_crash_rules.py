@@ -49,7 +49,10 @@ _CAPTURE_OP = re.compile(
     r"operation not permitted when stream is capturing|cudaErrorStreamCapture\w*"
     r"|operation failed due to a previous error during capture"
     r"|(?:during|while) (?:cuda )?graph captur"
-    r"|not (?:allowed|supported|permitted) (?:during|while) (?:cuda )?(?:graph )?captur",
+    r"|not (?:allowed|supported|permitted) (?:during|while) (?:cuda )?(?:graph )?captur"
+    # custom all-reduce registering a captured graph's buffers (only done at a capture's end),
+    # named in a quoted call rather than a frame: "torch.ops.sgl_kernel.get_graph_buffer_ipc_meta"
+    r"|\b(?:register|get)_graph_buffers?\w*",
     re.I,
 )
 _NCCL = re.compile(
@@ -84,7 +87,8 @@ _NCCL_WARN_FAILURE = re.compile(
     re.I,
 )
 _ARCH = re.compile(
-    r"only supports sm_?\d+|no kernel image is available|cudaErrorNoKernelImageForDevice"
+    r"only supports sm[ _]?\d+|no kernel image is available|cudaErrorNoKernelImageForDevice"
+    r"|\bunsupported (?:compute|cuda|gpu|device) capabilit"
     r"|No supported CUDA architectures? found"
     r"|(?:compute|device|cuda|gpu) capability\b[^.;]{0,60}?\b(?:not supported|unsupported"
     r"|is not compatible|not in its|below|at least|or (?:higher|above|newer)|minimum"
@@ -103,10 +107,21 @@ _ARCH = re.compile(
     r"(?:Ampere|Hopper|Blackwell|Ada|Turing|Volta|sm_?\s*(?:>=?|\+)?\s*\d{2,3}"
     r"|GPUs? with compute capability)"
     r"|multicast (?:operations are|is) not supported|architecture table"
-    r"|out of resource: shared memory",
+    r"|out of resource: shared memory"
+    # sgl_kernel's loader, which picks the build of its ops library for the GPU's SM and finds
+    # none that loads ("[sgl_kernel] CRITICAL: Could not load any common_ops library!")
+    r"|could not load any common_ops librar"
+    # Triton's bundled PTX assembler failing for the GPU's SM (a toolchain older than the GPU):
+    # "ptxas -lineinfo -v --gpu-name=sm_120 ... returned non-zero exit status 255"
+    r"|\bptxas\b[^'\"]{0,200}--gpu-name[= ]sm_?\d{2,3}[af]?\b[^'\"]{0,300}['\"]? returned non-zero",
     re.I,
 )
 # what a kernel library's own check says when it rejects the GPU (raised in its frames)
+# a check that names the lowest SM it runs on ("SGlang only supports sm 75 and above"): printed
+# only when it refuses the GPU, so it decides without an error word on the line
+_ARCH_REFUSAL = re.compile(
+    r"\bonly supports? sm[ _]?\d{2,3}[af]?\+?(?:\s+and\s+(?:above|higher|newer|later))", re.I
+)
 _KERNEL_ARCH_WORDS = re.compile(r"\barch|\bsm_?\d{2,3}|\bSM ?\d{2,3}\b|compute capability", re.I)
 _MODEL_ARCH = re.compile(r"Model architectures?\b|architectures? \[", re.I)
 _ERRORISH = re.compile(r"error|fail|what\(\)|fatal|abort|exception|^\s*\[E\d", re.I)
@@ -141,6 +156,9 @@ _STRONG = re.compile(
     r"|srun: error: .*(?:Exited with exit code [1-9]|Killed|Out Of Memory|terminated|CANCELLED)"
     r"|slurmstepd: error: .*(?:oom[-_]kill|CANCELLED|Killed|Out Of Memory)"
     r"|\bexited with (?:exit )?code [1-9]|^\s*Killed\s*$|\d+ Killed\s"
+    # the server's argparse printing its usage: it refused the command line and exits (the error
+    # line after the usage block may be cut off)
+    r"|^\s*usage: (?:\S*launch_server(?:\.py)?|sglang(?: serve)?|python3? -m sglang\S*)\s"
 )
 _WARNING = re.compile(r"\bWARNING\b|\bWARN\b|Warning:|\w+Warning\b|^\s*\[W[\d ]|^\s*W\d{4} ")
 _NOISE = (
@@ -159,7 +177,7 @@ _TRIGGER = re.compile(
     r"|terminat|mem_fraction|mem-fraction|what\(\)|warn|load weight|exit|fatal|not supported"
     r"|only support|multicast|resource|address|unrecognized|ambiguous|watchdog|require"
     r"|option|segment|dump|\[e\d|fail|interrupt|cuda graph|kv cache|eaddrinuse|errno 98"
-    r"|profiled value|max_total_num_tokens|kv pool|minimum viable"
+    r"|profiled value|max_total_num_tokens|kv pool|minimum viable|graph_buffer|common_ops"
 )
 
 
@@ -214,6 +232,9 @@ def specific_cause(
         m = _ARCH.search(line)
         if m is not None and not _MODEL_ARCH.search(line):
             return ("graph_capture_other" if in_capture_tb else "unsupported_arch"), m.start()
+    m = _ARCH_REFUSAL.search(line)
+    if m is not None:
+        return "unsupported_arch", m.start()
     m = _ARGPARSE.search(line)
     if m is not None:
         return "bad_args", m.start()

@@ -45,7 +45,9 @@ KV_CACHE = re.compile(
     r"No available memory for the cache blocks"
     r"|larger than the available KV cache memory"
     r"|is larger than the maximum number of tokens that can be stored in KV cache"
-    r"|Insufficient memory for the KV cache|num_gpu_blocks\s*(?:=|is)\s*0\b",
+    r"|Insufficient memory for the KV cache|num_gpu_blocks\s*(?:=|is)\s*0\b"
+    # the engine's own count of KV-cache blocks (older engine) or tokens (v1) at zero
+    r"|# GPU blocks: 0\b|GPU KV cache size: 0 tokens",
     re.I,
 )
 #: The part of a KV-cache message that says the model's length is what does not fit.
@@ -83,8 +85,12 @@ _ARCH = re.compile(
     r"|is not compatible|below|at least|or (?:higher|above|newer)|minimum|required|requires)"
     r"|(?:not supported|unsupported) (?:on|for) (?:sm_?|SM ?)\d{2,3}[af]?\b"
     r"|\bsm_?\d{2,3}[af]?\b[^.;]{0,40}?\b(?:not supported|unsupported|is not compatible)"
-    r"|only supports? (?:Ampere|Hopper|Blackwell|sm_?\d{2,3})"
-    r"|Bfloat16 is only supported on GPUs with compute capability",
+    r"|only supports? (?:Ampere|Hopper|Blackwell|sm[ _]?\d{2,3})"
+    r"|\bunsupported (?:compute|cuda|gpu|device) capabilit"
+    r"|Bfloat16 is only supported on GPUs with compute capability"
+    # Triton's bundled PTX assembler failing for the GPU's SM (a toolchain older than the GPU):
+    # "ptxas -lineinfo -v --gpu-name=sm_120 ... returned non-zero exit status 255"
+    r"|\bptxas\b[^'\"]{0,200}--gpu-name[= ]sm_?\d{2,3}[af]?\b[^'\"]{0,300}['\"]? returned non-zero",
     re.I,
 )
 _ARGPARSE = re.compile(
@@ -103,6 +109,7 @@ _STRONG = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|EngineDeadError"
     r"|Engine process failed to start|Worker proc \S+ died|WorkerProc initialization failed"
     r"|died unexpectedly|Segmentation fault|core dumped|Fatal Python error"
+    r"|Error executing method"
     r"|terminate called after throwing|^\s*Killed\s*$"
 )
 _WARNING = re.compile(r"\bWARNING\b|\bWARN\b|Warning:|\w+Warning\b|^\s*\[W[\d ]|^\s*W\d{4} ")
@@ -112,7 +119,21 @@ _TRIGGER = re.compile(
     r"|usage:|startup complete|throughput|initializ|dead|died|kill|fault|abort|terminat"
     r"|what\(\)|warn|loading|exit|fatal|not supported|only support|address|unrecognized"
     r"|ambiguous|watchdog|require|segment|dump|\[e\d|fail|interrupt|kv cache|cache blocks"
-    r"|errno 98|eaddrinuse|validation|graph"
+    r"|errno 98|eaddrinuse|validation|graph|gpu blocks"
+)
+
+
+# setting up torch.distributed and the parallel groups (the NCCL communicators among them): a
+# start-up that dies here failed to connect its ranks
+_DIST_INIT_FUNCS = frozenset(
+    {
+        "init_distributed_environment",
+        "init_worker_distributed_environment",
+        "initialize_model_parallel",
+        "ensure_model_parallel_initialized",
+        "init_model_parallel_group",
+        "init_process_group",
+    }
 )
 
 
@@ -143,9 +164,13 @@ def frame_tags(path: str, func: str) -> frozenset[str]:
         tags.add(TAG_PROFILE)
     if func in ("load_model", "load_weights") or "model_loader" in path:
         tags.add(TAG_LOADING)
-    if "nccl" in where:
+    if "nccl" in where or func in _DIST_INIT_FUNCS:
         tags.add(TAG_NCCL)
-    if "arg_utils" in path or "/config/" in path or func == "create_engine_config":
+    if (
+        "arg_utils" in path
+        or "/config/" in path
+        or func in ("create_engine_config", "parse_args", "check_parse_args")
+    ):
         tags.add(TAG_ARGS)
     if "kv_cache_utils" in path or "kv_cache_planning" in path:
         tags.add(TAG_KV_CACHE)

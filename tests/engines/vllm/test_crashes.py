@@ -67,3 +67,34 @@ def test_vllms_prefixes_are_stripped_for_tracebacks() -> None:
     assert strip_prefix(line) == '  File "x.py"'
     assert strip_prefix("(EngineCore_DP0 pid=6880) ValueError: no") == "ValueError: no"
     assert strip_prefix("INFO 09-28 15:57:15 [default_loader.py:268] Loading") == "Loading"
+
+
+def test_a_traceback_cut_in_vllms_distributed_init_reads_as_nccl() -> None:
+    prefix = "(VllmWorker rank=0 pid=1) ERROR 08-11 10:45:36 [multiproc_executor.py:511] "
+    cut = (
+        f'{prefix}  File "/v/vllm/distributed/parallel_state.py", line 1121, in '
+        "ensure_model_parallel_initialized\n"
+        f"{prefix}    initialize_model_parallel(tensor_model_parallel_size,\n"
+    )
+    assert classify_text(cut, VLLM_CRASH_RULES).category == "nccl_error"
+
+
+def test_an_error_raised_while_parsing_the_command_line_is_bad_arguments() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/v/vllm/entrypoints/cli/main.py", line 48, in main\n'
+        "    args = parser.parse_args()\n"
+        '  File "/v/vllm/utils.py", line 1391, in parse_args\n'
+        "    raise ValueError(\n"
+        "ValueError: With `vllm serve`, you should provide the model as a positional argument\n"
+    )
+    assert classify_text(text, VLLM_CRASH_RULES).category == "bad_args"
+    served = text.replace("parse_args", "load_model").replace("cli/main.py", "worker.py")
+    assert classify_text(served, VLLM_CRASH_RULES).category == "other_crash"
+
+
+def test_zero_kv_cache_blocks_read_as_a_kv_cache_that_does_not_fit() -> None:
+    old = "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 0, # CPU blocks: 256\n"
+    assert classify_text(old, VLLM_CRASH_RULES).category == "oom_kv_pool"
+    fine = "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 2291, # CPU blocks: 256\n"
+    assert classify_text(fine, VLLM_CRASH_RULES).category == "starting"
