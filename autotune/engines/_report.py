@@ -22,19 +22,42 @@ from autotune._redact import redact_text
 
 
 @dataclass(frozen=True)
-class ReportAdvice:
-    """What to tell the user when the report cannot be read, by the way it failed.
+class ReportProbe:
+    """One engine's parser script and what to tell the user when its report cannot be read.
 
-    ``missing``: the interpreter (or the prefix's program) was not found; ``slow``: it ran past
-    the time allowed; ``unrunnable``: it could not be started; ``failed``: it printed no report;
-    ``not_importable``: the engine does not import there.
+    ``engine`` names the engine in messages ("SGLang"); ``script`` runs in the engine's
+    interpreter and prints its JSON report after ``marker``. The advice, by the way the run
+    failed: ``missing``, the interpreter (or the prefix's program) was not found; ``slow``, it ran
+    past the time allowed; ``unrunnable``, it could not be started; ``failed``, it printed no
+    report; ``not_importable``, the engine does not import there.
     """
 
+    engine: str
+    script: str
+    marker: str
     missing: str
     slow: str
     unrunnable: str
     failed: str
     not_importable: str
+
+    def read(
+        self,
+        python: str,
+        launch_prefix: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float,
+    ) -> ParserReport:
+        """Run the script with ``[*launch_prefix, python]`` (``env`` added to this process's
+        environment) and return its report.
+
+        Raises:
+            EngineError: the interpreter or prefix cannot be run, it printed no report, the
+                report says the engine is not importable there, or the run took longer than
+                ``timeout_s``.
+        """
+        return read_report(self, python, launch_prefix, env=env, timeout_s=timeout_s)
 
 
 @dataclass(frozen=True)
@@ -46,26 +69,16 @@ class ParserReport:
 
 
 def read_report(
-    engine: str,
+    probe: ReportProbe,
     python: str,
     launch_prefix: Sequence[str],
     *,
-    script: str,
-    marker: str,
-    advice: ReportAdvice,
     env: Mapping[str, str] | None,
     timeout_s: float,
 ) -> ParserReport:
-    """Run ``script`` with ``[*launch_prefix, python]`` and return the report after ``marker``.
-
-    ``engine`` names the engine in messages ("SGLang"); ``env`` is added to this process's
-    environment for the run.
-
-    Raises:
-        EngineError: the interpreter or prefix cannot be run, it printed no report, the report
-            says the engine is not importable there, or the run took longer than ``timeout_s``.
-    """
-    argv = [*launch_prefix, python, "-c", script]
+    """See :meth:`ReportProbe.read`."""
+    engine, advice, marker = probe.engine, probe, probe.marker
+    argv = [*launch_prefix, python, "-c", probe.script]
     where = " ".join([*launch_prefix, python])
     try:
         done = subprocess.run(

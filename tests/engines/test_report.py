@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from autotune._errors import EngineError
-from autotune.engines._report import ParserReport, ReportAdvice, read_report
+from autotune.engines._report import ParserReport, ReportProbe
 
 MARKER = "TEST-REPORT "
-ADVICE = ReportAdvice(
+ADVICE = dict(
     missing="advice: missing",
     slow="advice: slow",
     unrunnable="advice: unrunnable",
@@ -27,16 +27,8 @@ def _read(
     env: Mapping[str, str] | None = None,
     timeout_s: float = 60.0,
 ) -> ParserReport:
-    return read_report(
-        "Engine",
-        python,
-        (),
-        script=script,
-        marker=MARKER,
-        advice=ADVICE,
-        env=env,
-        timeout_s=timeout_s,
-    )
+    probe = ReportProbe(engine="Engine", script=script, marker=MARKER, **ADVICE)
+    return probe.read(python, env=env, timeout_s=timeout_s)
 
 
 def test_the_last_marked_line_is_the_report_whatever_else_is_printed() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune._errors import EngineError
-from autotune.engines._report import ReportAdvice, read_report
+from autotune.engines._report import ReportProbe
 from autotune.engines.sglang._dialects import FlagSet, OptionInfo, env_names
 
 #: Seconds allowed for importing SGLang's parser (a cold import on a busy box takes a minute).
@@ -24,17 +24,6 @@ DETECT_TIMEOUT_S = 180.0
 #: Prefix of the report line, so that what SGLang prints while importing is ignored.
 MARKER = "AUTOTUNE-SGLANG-FLAGS "
 
-_ADVICE = ReportAdvice(
-    missing="set engine.python to the bin/python of the environment SGLang is installed in "
-    "(and engine.launch_prefix if it runs elsewhere), or set engine.sglang_version",
-    slow="check that the interpreter starts (a hung container, a slow network mount), "
-    "or set engine.sglang_version to use autotune's table of flags",
-    unrunnable="set engine.python to an interpreter you can run, or set engine.sglang_version",
-    failed="run the same interpreter by hand to see why it fails, "
-    "or set engine.sglang_version to use autotune's table of flags",
-    not_importable="install SGLang for that interpreter, or set engine.python to the one it is "
-    "installed in, or set engine.sglang_version",
-)
 
 #: Runs in the SGLang interpreter; kept to Python 3.8 syntax and the standard library.
 SCRIPT = r"""
@@ -128,6 +117,22 @@ sys.stdout.write("\n" + MARKER + json.dumps(report()) + "\n")
 sys.stdout.flush()
 """.replace("MARKER", repr(MARKER)).replace("ENV_NAMES", repr(list(env_names())))
 
+#: How the script is run, and what to do when its report cannot be read.
+_PROBE = ReportProbe(
+    engine="SGLang",
+    script=SCRIPT,
+    marker=MARKER,
+    missing="set engine.python to the bin/python of the environment SGLang is installed in "
+    "(and engine.launch_prefix if it runs elsewhere), or set engine.sglang_version",
+    slow="check that the interpreter starts (a hung container, a slow network mount), "
+    "or set engine.sglang_version to use autotune's table of flags",
+    unrunnable="set engine.python to an interpreter you can run, or set engine.sglang_version",
+    failed="run the same interpreter by hand to see why it fails, "
+    "or set engine.sglang_version to use autotune's table of flags",
+    not_importable="install SGLang for that interpreter, or set engine.python to the one it is "
+    "installed in, or set engine.sglang_version",
+)
+
 
 def detect_flagset(
     python: str,
@@ -145,16 +150,7 @@ def detect_flagset(
         EngineError: the interpreter or prefix cannot be run, SGLang is not importable there, or
             the import took longer than ``timeout_s``; the message says which and what to do.
     """
-    found = read_report(
-        "SGLang",
-        python,
-        launch_prefix,
-        script=SCRIPT,
-        marker=MARKER,
-        advice=_ADVICE,
-        env=env,
-        timeout_s=timeout_s,
-    )
+    found = _PROBE.read(python, launch_prefix, env=env, timeout_s=timeout_s)
     return flagset_from_report(found.report, source=f"detected from {found.where}")
 
 

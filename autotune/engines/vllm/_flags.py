@@ -17,21 +17,13 @@ from types import MappingProxyType
 from typing import Any
 
 from autotune._errors import EngineError
-from autotune.engines._report import ReportAdvice, read_report
+from autotune.engines._report import ReportProbe
 
 #: Seconds allowed for importing vLLM's parser (it imports torch and transformers).
 DETECT_TIMEOUT_S = 240.0
 #: Prefix of the report line, so that what vLLM prints while importing is ignored.
 MARKER = "AUTOTUNE-VLLM-FLAGS "
 _PIN = "or set engine.vllm_version to use autotune's table of flags"
-_ADVICE = ReportAdvice(
-    missing="set engine.python to the bin/python of the environment vLLM is installed in, " + _PIN,
-    slow="check that the interpreter starts, " + _PIN,
-    unrunnable=_PIN,
-    failed="run the same interpreter by hand to see why it fails, " + _PIN,
-    not_importable="install vLLM for that interpreter, or set engine.python to the one it is "
-    "installed in, " + _PIN,
-)
 
 
 @dataclass(frozen=True)
@@ -139,6 +131,19 @@ sys.stdout.write("\n" + MARKER + json.dumps(report()) + "\n")
 sys.stdout.flush()
 """.replace("MARKER", repr(MARKER))
 
+#: How the script is run, and what to do when its report cannot be read.
+_PROBE = ReportProbe(
+    engine="vLLM",
+    script=SCRIPT,
+    marker=MARKER,
+    missing="set engine.python to the bin/python of the environment vLLM is installed in, " + _PIN,
+    slow="check that the interpreter starts, " + _PIN,
+    unrunnable=_PIN,
+    failed="run the same interpreter by hand to see why it fails, " + _PIN,
+    not_importable="install vLLM for that interpreter, or set engine.python to the one it is "
+    "installed in, " + _PIN,
+)
+
 
 def detect_flags(
     python: str,
@@ -153,16 +158,7 @@ def detect_flags(
         EngineError: the interpreter cannot be run, vLLM is not importable there, or the import
             took longer than ``timeout_s``; the message says which and what to do.
     """
-    found = read_report(
-        "vLLM",
-        python,
-        launch_prefix,
-        script=SCRIPT,
-        marker=MARKER,
-        advice=_ADVICE,
-        env=env,
-        timeout_s=timeout_s,
-    )
+    found = _PROBE.read(python, launch_prefix, env=env, timeout_s=timeout_s)
     return flags_from_report(found.report, source=f"detected from {found.where}")
 
 
