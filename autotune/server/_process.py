@@ -10,12 +10,12 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import psutil
 
 from autotune._errors import ServerError
+from autotune.server._closing import Closing
 from autotune.server._launcher import PrefixLauncher, PrefixStop
 from autotune.server._outcome import ProcessOutcome, signal_name
 from autotune.server._tree import TOKEN_ENV, ProcessTree, StopReport
@@ -30,7 +30,7 @@ def _always() -> bool:
     return True
 
 
-class ServerProcess:
+class ServerProcess(Closing):
     """One launched server: its process, its log file, and everything it started.
 
     The command runs in a new session (so it leads a new process group) with stdin from
@@ -361,15 +361,8 @@ class ServerProcess:
         self._outcome = outcome
         return outcome
 
-    def __enter__(self) -> ServerProcess:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Stop the server (:meth:`stop`), as leaving its ``with`` block does."""
         self.stop()
 
     def __repr__(self) -> str:
