@@ -24,6 +24,16 @@ StudiesDir = Annotated[
 ArtifactsDir = Annotated[
     str | None, typer.Option("--artifacts-dir", help="Folder of server logs and results.")
 ]
+ShowProgress = Annotated[
+    bool | None, typer.Option("--progress/--no-progress", help="Progress display.")
+]
+Confirm = Annotated[
+    bool | None,
+    typer.Option(
+        "--confirm/--no-confirm",
+        help="Confirm the best candidates after the search (default: the space's confirm).",
+    ),
+]
 
 
 def _options(**values: object) -> object:
@@ -56,16 +66,8 @@ def start(
     no_informed: Annotated[
         bool, typer.Option("--no-informed", help="Do not enqueue SGLang's automatic choice first.")
     ] = False,
-    progress: Annotated[
-        bool | None, typer.Option("--progress/--no-progress", help="Progress display.")
-    ] = None,
-    confirm: Annotated[
-        bool | None,
-        typer.Option(
-            "--confirm/--no-confirm",
-            help="Confirm the best candidates after the search (default: the space's confirm).",
-        ),
-    ] = None,
+    progress: ShowProgress = None,
+    confirm: Confirm = None,
 ) -> None:
     """Create a study from a search space and run it, then confirm its best candidates."""
     from autotune.study import start_study
@@ -117,14 +119,8 @@ def resume(
     storage: Storage = None,
     studies_dir: StudiesDir = "studies",
     artifacts_dir: ArtifactsDir = None,
-    progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
-    confirm: Annotated[
-        bool | None,
-        typer.Option(
-            "--confirm/--no-confirm",
-            help="Confirm the best candidates after the search (default: the space's confirm).",
-        ),
-    ] = None,
+    progress: ShowProgress = None,
+    confirm: Confirm = None,
 ) -> None:
     """Continue an interrupted study: interrupted trials run again, finished ones are kept.
 
@@ -176,7 +172,7 @@ def confirm(
     storage: Storage = None,
     studies_dir: StudiesDir = "studies",
     artifacts_dir: ArtifactsDir = None,
-    progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
+    progress: ShowProgress = None,
 ) -> None:
     """Re-measure the best candidates and the baseline interleaved, and give the verdict.
 

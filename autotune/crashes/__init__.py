@@ -4,8 +4,9 @@
 starting server's log line by line and names a crash at the line that decides it. Every verdict
 carries the deciding line, its line number and advice on what to change. What the lines mean is
 an engine's :class:`CrashRules` (SGLang's comes from its adapter: ``Engine.crash_rules()``); this
-package holds the generic machinery: line normalisation, the classifier, the verdict and the
-crash categories every engine shares.
+package holds the generic machinery: line normalisation, the classifier, the verdict, the
+crash categories every engine shares, and :class:`ModuleCrashRules`, a rule set built from an
+engine's module of line rules and its :class:`LineMarks`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from autotune.crashes._classifier import (
     classify_file,
     classify_text,
 )
+from autotune.crashes._module_rules import LineMarks, LineRules, ModuleCrashRules
 from autotune.crashes._ruleset import (
+    CAUSE_PRIORITY,
     CRASH_CATEGORIES,
     HEALTHY_CATEGORIES,
     TAG_DRAFT,
@@ -27,6 +30,7 @@ from autotune.crashes._ruleset import (
 )
 
 __all__ = [
+    "CAUSE_PRIORITY",
     "CRASH_CATEGORIES",
     "HEALTHY_CATEGORIES",
     "TAG_DRAFT",
@@ -34,7 +38,10 @@ __all__ = [
     "AdviceContext",
     "Classification",
     "CrashRules",
+    "LineMarks",
+    "LineRules",
     "LiveClassifier",
+    "ModuleCrashRules",
     "Progress",
     "classify_file",
     "classify_text",

@@ -34,6 +34,20 @@ CRASH_CATEGORIES: tuple[str, ...] = (
     "port_in_use",
     "other_crash",
 )
+#: When a log shows several specific causes, the first of these wins (every engine's order unless
+#: its rules say otherwise). A port taken comes late (a server that died of something else never
+#: got to bind it); NCCL failures come last: they are usually the other ranks noticing that one
+#: rank died of something else.
+CAUSE_PRIORITY: tuple[str, ...] = (
+    "oom_kv_pool",
+    "oom_cuda_graph",
+    "graph_capture_other",
+    "oom_runtime",
+    "unsupported_arch",
+    "bad_args",
+    "port_in_use",
+    "nccl_error",
+)
 #: The verdicts on a log that shows no crash.
 HEALTHY_CATEGORIES: tuple[str, ...] = ("ready", "running", "starting")
 
@@ -102,12 +116,13 @@ class AdviceContext:
 class CrashRules(abc.ABC):
     """One engine's reading of its server log (see the module docstring).
 
-    ``cause_priority``: when a log shows several specific causes, the first of these wins.
+    ``cause_priority``: when a log shows several specific causes, the first of these wins
+    (:data:`CAUSE_PRIORITY` by default).
     ``tag_hints``: which category an unfinished traceback (frames, no exception line) points to,
     by the frame tags it shows, best first.
     """
 
-    cause_priority: tuple[str, ...] = ()
+    cause_priority: tuple[str, ...] = CAUSE_PRIORITY
     tag_hints: tuple[tuple[str, str], ...] = ()
 
     # --- the engine's own reading ------------------------------------------------------------

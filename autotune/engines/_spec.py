@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autotune._launch import Timeouts
+from autotune._launch import LaunchSpec, Timeouts
+from autotune._redact import api_key_of, is_secret_env
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,18 @@ class EngineSpec:
     check_paths: bool = True
     timeouts: Timeouts = field(default_factory=Timeouts)
     sim: SimOptions = SimOptions()
+
+    def launch(self, argv: Sequence[str], knob_env: Mapping[str, str], port: int) -> LaunchSpec:
+        """The launch of ``argv`` (the launch prefix first) with :attr:`env` under the knobs'
+        environment, its secret names marked, the server's ``--api-key`` from
+        :attr:`extra_args`, and the prefix the server runs and is stopped through."""
+        env = {**self.env, **knob_env}
+        return LaunchSpec(
+            argv=tuple(argv),
+            env=env,
+            port=port,
+            host=self.host,
+            secret_env=frozenset(name for name in env if is_secret_env(name)),
+            api_key=api_key_of(self.extra_args),
+            prefix=tuple(self.launch_prefix),
+        )

@@ -6,17 +6,17 @@ import os
 import re
 from collections import deque
 from pathlib import Path
-from types import TracebackType
 from typing import BinaryIO
 
 from autotune._errors import ServerError
+from autotune.server._closing import Closing
 
 #: A line ends at CRLF, LF, or a lone CR (progress bars redraw themselves with CR).
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _TRUNCATED = " [line truncated]"
 
 
-class LogFollower:
+class LogFollower(Closing):
     """Follows a log file from a byte offset and hands out complete lines as they appear.
 
     Reading never blocks: :meth:`read_new_lines` returns what has been written since the last
@@ -99,17 +99,6 @@ class LogFollower:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-    def __enter__(self) -> LogFollower:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _end_line(self, raw: bytes, out: list[str]) -> None:
         if self._skipping:

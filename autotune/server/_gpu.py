@@ -6,10 +6,11 @@ import contextlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import Any
 
 from autotune._errors import ServerError
+from autotune.server._closing import Closing
 
 _MIB = 1024 * 1024
 
@@ -45,7 +46,7 @@ class GpuReleaseResult:
     over_baseline: tuple[tuple[int, float, float], ...] = ()
 
 
-class GpuMonitor:
+class GpuMonitor(Closing):
     """Reads GPU memory and compute processes with NVML (package ``nvidia-ml-py``).
 
     NVML is loaded on first use. :meth:`available` says whether it can be used on this machine,
@@ -165,17 +166,6 @@ class GpuMonitor:
             self._checked = False
             with contextlib.suppress(nvml.NVMLError):
                 nvml.nvmlShutdown()
-
-    def __enter__(self) -> GpuMonitor:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _require(self) -> Any:
         if not self.available():

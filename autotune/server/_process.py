@@ -10,12 +10,12 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import psutil
 
 from autotune._errors import ServerError
+from autotune.server._closing import Closing
 from autotune.server._launcher import PrefixLauncher, PrefixStop
 from autotune.server._outcome import ProcessOutcome, signal_name
 from autotune.server._tree import TOKEN_ENV, ProcessTree, StopReport
@@ -30,7 +30,7 @@ def _always() -> bool:
     return True
 
 
-class ServerProcess:
+class ServerProcess(Closing):
     """One launched server: its process, its log file, and everything it started.
 
     The command runs in a new session (so it leads a new process group) with stdin from
@@ -122,7 +122,6 @@ class ServerProcess:
 
         args = tuple(str(a) for a in argv)
         path = Path(log_path)
-        shown = shlex.join(redact_argv(args)) if args else "(empty command)"
         if not args:
             raise ServerError(
                 "cannot start the server: the command is empty",
@@ -130,10 +129,10 @@ class ServerProcess:
                 hint="the engine built no command line; check the engine section of the space",
             )
         if cwd is not None and not Path(cwd).is_dir():
-            raise ServerError(
-                f"cannot start the server: working directory {cwd} does not exist: {shown}",
-                command=redact_argv(args),
-                log_path=path,
+            raise _start_error(
+                f"working directory {cwd} does not exist",
+                args,
+                path,
                 hint="create the directory or choose another working directory",
             )
         child_env = dict(os.environ)
@@ -170,24 +169,24 @@ class ServerProcess:
                     close_fds=True,
                 )
             except FileNotFoundError as e:
-                raise ServerError(
-                    f"cannot start the server: executable {args[0]!r} not found: {shown}",
-                    command=redact_argv(args),
-                    log_path=path,
+                raise _start_error(
+                    f"executable {args[0]!r} not found",
+                    args,
+                    path,
                     hint="check the engine's python path (or launch prefix) in the space file",
                 ) from e
             except PermissionError as e:
-                raise ServerError(
-                    f"cannot start the server: permission denied running {args[0]!r}: {shown}",
-                    command=redact_argv(args),
-                    log_path=path,
+                raise _start_error(
+                    f"permission denied running {args[0]!r}",
+                    args,
+                    path,
                     hint=f"make {args[0]} executable (chmod +x) or point to an interpreter",
                 ) from e
             except OSError as e:
-                raise ServerError(
-                    f"cannot start the server: {e.strerror or e}: {shown}",
-                    command=redact_argv(args),
-                    log_path=path,
+                raise _start_error(
+                    str(e.strerror or e),
+                    args,
+                    path,
                     hint="check the command line and the working directory",
                 ) from e
         return cls(
@@ -361,17 +360,23 @@ class ServerProcess:
         self._outcome = outcome
         return outcome
 
-    def __enter__(self) -> ServerProcess:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Stop the server (:meth:`stop`), as leaving its ``with`` block does."""
         self.stop()
 
     def __repr__(self) -> str:
         state = "stopped" if self._outcome is not None else "running"
         return f"ServerProcess(pid={self.pid}, {state}, log={self.log_path})"
+
+
+def _start_error(why: str, args: tuple[str, ...], log_path: Path, *, hint: str) -> ServerError:
+    """The server could not be started: ``why``, with its command (secrets redacted) and log."""
+    from autotune._redact import redact_argv
+
+    command = redact_argv(args)
+    return ServerError(
+        f"cannot start the server: {why}: {shlex.join(command)}",
+        command=command,
+        log_path=log_path,
+        hint=hint,
+    )

@@ -109,9 +109,9 @@ def test_specific_causes(line: str, category: str) -> None:
 
 def test_a_port_in_use_decides_a_crash_that_was_only_a_strong_sign() -> None:
     line = "ERROR:    [Errno 98] error while attempting to bind on address: address already in use"
-    assert rules.may_matter("name: EADDRINUSE") and rules.may_matter("[errno 98] taken")
-    assert not rules.is_strong_crash(line)  # a specific cause now, not a generic sign
-    assert rules.CAUSE_PRIORITY.index("port_in_use") < rules.CAUSE_PRIORITY.index("nccl_error")
+    assert RULES.may_matter("name: EADDRINUSE") and RULES.may_matter("[errno 98] taken")
+    assert not RULES.is_strong_crash(line)  # a specific cause now, not a generic sign
+    assert RULES.cause_priority.index("port_in_use") < RULES.cause_priority.index("nccl_error")
     assert "port_in_use" in CRASH_CATEGORIES
 
 
@@ -150,10 +150,10 @@ def test_lines_that_name_no_specific_cause(line: str) -> None:
 
 
 def test_noise_warnings_and_hints() -> None:
-    assert rules.is_noise("gpu01:1:1 [0] NCCL INFO Channel 00/02")
-    assert rules.is_noise("[TP0] Decode out of memory happened. #retracted_reqs: 1")
-    assert rules.is_warning("[W1014 11:00:24.551 ProcessGroupNCCL.cpp:4751] Warning: x")
-    assert rules.is_warning("host:1:1 [0] misc/socket.cc:578 NCCL WARN socketPollConnect: refused")
+    assert RULES.is_noise("gpu01:1:1 [0] NCCL INFO Channel 00/02")
+    assert RULES.is_noise("[TP0] Decode out of memory happened. #retracted_reqs: 1")
+    assert RULES.is_warning("[W1014 11:00:24.551 ProcessGroupNCCL.cpp:4751] Warning: x")
+    assert RULES.is_warning("host:1:1 [0] misc/socket.cc:578 NCCL WARN socketPollConnect: refused")
     assert rules.hint_of("host:1:1 [0] NCCL WARN connect returned Connection refused") == (
         "nccl_error",
         0,
@@ -164,9 +164,9 @@ def test_noise_warnings_and_hints() -> None:
 
 def test_every_exception_shape_passes_the_prefilter() -> None:
     for name in ("KeyboardInterrupt", "SystemExit", "FooFailure", "BarFault", "BazError"):
-        assert rules.may_matter(f"{name}: x")
+        assert RULES.may_matter(f"{name}: x")
         assert RULES.parse_exception(f"{name}: x") == (name, "x")
-    assert not rules.may_matter('[2026-01-01] INFO:     127.0.0.1:5 - "POST /generate" 200 OK')
+    assert not RULES.may_matter('[2026-01-01] INFO:     127.0.0.1:5 - "POST /generate" 200 OK')
 
 
 def test_only_graph_capture_functions_are_capture() -> None:

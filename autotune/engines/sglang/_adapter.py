@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from autotune._errors import ConfigError, EngineError
 from autotune._knobs import SPECULATIVE_NUMBERS, Infeasible, ServerConfig
 from autotune._launch import LaunchSpec
-from autotune._redact import api_key_of, is_secret_env
 from autotune.engines._base import Hardware
 from autotune.engines._spec import EngineSpec
 from autotune.engines.sglang._adaptive import ADAPTIVE_FLAG
@@ -324,7 +323,7 @@ class SGLangEngine(SGLangRules):
         args, knob_env = build_server_args(flags, self.spec, config, port=port, workload=workload)
         argv = [*self.spec.launch_prefix, *entrypoint(flags, self.python), *args]
         argv += self.spec.extra_args
-        return make_launch(self.spec, argv, knob_env, port)
+        return self.spec.launch(argv, knob_env, port)
 
     def precheck(self, config: ServerConfig) -> Infeasible | None:
         return first_missing(self.flagset(), self.spec, config)
@@ -364,23 +363,6 @@ def entrypoint(flags: FlagSet, python: str) -> list[str]:
     if flags.serve_script:
         return [python, flags.serve_script, "serve"]
     return [python, "-m", "sglang.launch_server"]
-
-
-def make_launch(
-    spec: EngineSpec, argv: list[str], knob_env: dict[str, str], port: int
-) -> LaunchSpec:
-    """A :class:`LaunchSpec` with ``spec.env`` under the knobs' environment, secrets marked."""
-    env = {**spec.env, **knob_env}
-    secret = frozenset(name for name in env if is_secret_env(name))
-    return LaunchSpec(
-        argv=tuple(argv),
-        env=env,
-        port=port,
-        host=spec.host,
-        secret_env=secret,
-        api_key=api_key_of(spec.extra_args),
-        prefix=tuple(spec.launch_prefix),
-    )
 
 
 def _checkpoint_gib(path: str | None) -> float | None:

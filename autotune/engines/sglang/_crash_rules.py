@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from autotune.crashes import TAG_LOADING
+from autotune.crashes import TAG_LOADING, LineMarks
 from autotune.engines.sglang import _crash_memory as memory
 from autotune.engines.sglang._crash_frames import TAG_ARGS as TAG_ARGS
 from autotune.engines.sglang._crash_frames import TAG_CAPTURE as TAG_CAPTURE
@@ -25,20 +25,6 @@ from autotune.engines.sglang._crash_frames import TAG_KV_POOL as TAG_KV_POOL
 from autotune.engines.sglang._crash_frames import TAG_NCCL as TAG_NCCL
 from autotune.engines.sglang._crash_frames import TAG_SYMM_MEM as TAG_SYMM_MEM
 from autotune.engines.sglang._crash_frames import frame_tags as frame_tags
-
-#: When a log shows several specific causes, the first of these wins. A port taken comes late (a
-#: server that died of something else never got to bind it); NCCL failures come last: they are
-#: usually the other ranks noticing that one rank died of something else.
-CAUSE_PRIORITY: tuple[str, ...] = (
-    "oom_kv_pool",
-    "oom_cuda_graph",
-    "graph_capture_other",
-    "oom_runtime",
-    "unsupported_arch",
-    "bad_args",
-    "port_in_use",
-    "nccl_error",
-)
 
 _CAPTURE_FAILED = re.compile(
     r"captur\w* (?:the )?cuda ?graphs? failed|cuda graph captur\w* failed"
@@ -160,7 +146,6 @@ _STRONG = re.compile(
     # line after the usage block may be cut off)
     r"|^\s*usage: (?:\S*launch_server(?:\.py)?|sglang(?: serve)?|python3? -m sglang\S*)\s"
 )
-_WARNING = re.compile(r"\bWARNING\b|\bWARN\b|Warning:|\w+Warning\b|^\s*\[W[\d ]|^\s*W\d{4} ")
 _NOISE = (
     " NCCL INFO ",
     "Using a slow tokenizer",
@@ -169,8 +154,6 @@ _NOISE = (
     "out of memory happened",
 )
 
-# Lowercase words of which a line must contain at least one to mean anything here (matched on
-# the lowercased line: much faster than a case-insensitive search over every log line).
 _TRIGGER = re.compile(
     r"memory|captur|nccl|error|exception|traceback|file \"|capabilit|sm_?\d|architectur"
     r"|kernel image|usage:|ready to roll|batch|sigquit|initializ|dead|kill|fault|abort"
@@ -179,22 +162,8 @@ _TRIGGER = re.compile(
     r"|option|segment|dump|\[e\d|fail|interrupt|cuda graph|kv cache|eaddrinuse|errno 98"
     r"|profiled value|max_total_num_tokens|kv pool|minimum viable|graph_buffer|common_ops"
 )
-
-
-def may_matter(line: str) -> bool:
-    """False for the many lines that contain none of the words any pattern here looks for."""
-    return _TRIGGER.search(line.lower()) is not None
-
-
-def is_noise(line: str) -> bool:
-    """Lines known to be harmless however alarming they look (NCCL INFO, tokenizer warnings)."""
-    return any(marker in line for marker in _NOISE)
-
-
-def is_warning(line: str) -> bool:
-    """A warning-level line: it can hint at a cause but never decides a crash (a KV pool of no
-    tokens decides, at whatever level it is logged)."""
-    return _WARNING.search(line) is not None and not memory.is_nonpositive_pool(line)
+#: The words of SGLang's log for the classifier's cheap questions about every line.
+MARKS = LineMarks(trigger=_TRIGGER, noise=_NOISE, strong=_STRONG)
 
 
 def specific_cause(
@@ -290,11 +259,6 @@ def _from_context(exception: tuple[str, str], tags: frozenset[str]) -> tuple[str
 def is_collective_timeout(evidence: str) -> bool:
     """An NCCL verdict's evidence that names a time-out (the watchdog, a collective timed out)."""
     return _COLLECTIVE_TIMEOUT.search(evidence) is not None
-
-
-def is_strong_crash(line: str) -> bool:
-    """A line that only a dying server prints ("Scheduler hit an exception", sigquit, ...)."""
-    return _STRONG.search(line) is not None
 
 
 def hint_of(line: str) -> tuple[str, int] | None:

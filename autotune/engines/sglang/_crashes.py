@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from typing import Literal
+from typing import ClassVar, Literal
 
-from autotune.crashes import AdviceContext, CrashRules, Progress
+from autotune.crashes import AdviceContext, LineRules, ModuleCrashRules, Progress
 from autotune.engines.sglang import _crash_memory as memory
 from autotune.engines.sglang import _crash_rules as rules
 from autotune.engines.sglang._crash_advice import advise
@@ -69,38 +69,17 @@ def mem_fraction_value(line: str) -> str | None:
     return next(g for g in m.groups() if g)
 
 
-class SGLangCrashRules(CrashRules):
+class SGLangCrashRules(ModuleCrashRules):
     """The rule set of SGLang's log (and of the simulated server's, which logs the same)."""
 
-    cause_priority = rules.CAUSE_PRIORITY
+    lines: ClassVar[LineRules] = rules
     tag_hints = rules.TAG_HINTS
-
-    def specific_cause(
-        self,
-        line: str,
-        exception: tuple[str, str] | None,
-        tags: frozenset[str],
-        capture_phase: bool,
-    ) -> tuple[str, int] | None:
-        return rules.specific_cause(line, exception, tags, capture_phase)
-
-    def is_strong_crash(self, line: str) -> bool:
-        return rules.is_strong_crash(line)
-
-    def frame_tags(self, path: str, func: str) -> frozenset[str]:
-        return rules.frame_tags(path, func)
-
-    def may_matter(self, line: str) -> bool:
-        return rules.may_matter(line)
-
-    def is_noise(self, line: str) -> bool:
-        return rules.is_noise(line)
+    steps = _STEPS
 
     def is_warning(self, line: str) -> bool:
-        return rules.is_warning(line)
-
-    def hint_of(self, line: str) -> tuple[str, int] | None:
-        return rules.hint_of(line)
+        """A warning-level line: it can hint at a cause but never decides a crash (a KV pool of
+        no tokens decides, at whatever level it is logged)."""
+        return super().is_warning(line) and not memory.is_nonpositive_pool(line)
 
     def settings(self, line: str) -> Mapping[str, str]:
         found = dict(memory.fraction_settings(line))
@@ -143,10 +122,7 @@ class SGLangCrashRules(CrashRules):
             return Progress("capture_end", "CUDA graphs captured")
         if is_capturing(line):
             return Progress("capturing", "capturing CUDA graphs")
-        for text, phase in _STEPS:
-            if text in line:
-                return Progress("step", phase, loading=phase == "loading weights")
-        return None
+        return self.step(line)
 
     def advise(self, ctx: AdviceContext) -> str:
         return advise(ctx)

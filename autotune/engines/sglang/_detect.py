@@ -12,20 +12,18 @@ machine.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune._errors import EngineError
-from autotune._redact import redact_text
+from autotune.engines._report import ReportProbe
 from autotune.engines.sglang._dialects import FlagSet, OptionInfo, env_names
 
 #: Seconds allowed for importing SGLang's parser (a cold import on a busy box takes a minute).
 DETECT_TIMEOUT_S = 180.0
 #: Prefix of the report line, so that what SGLang prints while importing is ignored.
 MARKER = "AUTOTUNE-SGLANG-FLAGS "
+
 
 #: Runs in the SGLang interpreter; kept to Python 3.8 syntax and the standard library.
 SCRIPT = r"""
@@ -119,6 +117,22 @@ sys.stdout.write("\n" + MARKER + json.dumps(report()) + "\n")
 sys.stdout.flush()
 """.replace("MARKER", repr(MARKER)).replace("ENV_NAMES", repr(list(env_names())))
 
+#: How the script is run, and what to do when its report cannot be read.
+_PROBE = ReportProbe(
+    engine="SGLang",
+    script=SCRIPT,
+    marker=MARKER,
+    missing="set engine.python to the bin/python of the environment SGLang is installed in "
+    "(and engine.launch_prefix if it runs elsewhere), or set engine.sglang_version",
+    slow="check that the interpreter starts (a hung container, a slow network mount), "
+    "or set engine.sglang_version to use autotune's table of flags",
+    unrunnable="set engine.python to an interpreter you can run, or set engine.sglang_version",
+    failed="run the same interpreter by hand to see why it fails, "
+    "or set engine.sglang_version to use autotune's table of flags",
+    not_importable="install SGLang for that interpreter, or set engine.python to the one it is "
+    "installed in, or set engine.sglang_version",
+)
+
 
 def detect_flagset(
     python: str,
@@ -136,52 +150,8 @@ def detect_flagset(
         EngineError: the interpreter or prefix cannot be run, SGLang is not importable there, or
             the import took longer than ``timeout_s``; the message says which and what to do.
     """
-    argv = [*launch_prefix, python, "-c", SCRIPT]
-    where = " ".join([*launch_prefix, python])
-    run_env = {**os.environ, **(env or {})}
-    try:
-        done = subprocess.run(
-            argv,
-            env=run_env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except FileNotFoundError as e:
-        raise EngineError(
-            f"cannot read SGLang's flags: {argv[0]!r} was not found",
-            hint="set engine.python to the bin/python of the environment SGLang is installed in "
-            "(and engine.launch_prefix if it runs elsewhere), or set engine.sglang_version",
-        ) from e
-    except subprocess.TimeoutExpired as e:
-        raise EngineError(
-            f"reading SGLang's flags with {where} took longer than {timeout_s:.0f} s",
-            hint="check that the interpreter starts (a hung container, a slow network mount), "
-            "or set engine.sglang_version to use autotune's table of flags",
-        ) from e
-    except OSError as e:
-        raise EngineError(
-            f"cannot run {where} to read SGLang's flags: {e}",
-            hint="set engine.python to an interpreter you can run, or set engine.sglang_version",
-        ) from e
-    report = _find_report(done.stdout)
-    if report is None:
-        tail = _tail(done.stderr or done.stdout)
-        raise EngineError(
-            f"could not read SGLang's flags with {where}: exit code {done.returncode}"
-            + (f": {tail}" if tail else ""),
-            hint="run the same interpreter by hand to see why it fails, "
-            "or set engine.sglang_version to use autotune's table of flags",
-        )
-    if "error" in report:
-        raise EngineError(
-            f"SGLang is not importable by {where}: {redact_text(str(report['error']))}",
-            hint="install SGLang for that interpreter, or set engine.python to the one it is "
-            "installed in, or set engine.sglang_version",
-        )
-    return flagset_from_report(report, source=f"detected from {where}")
+    found = _PROBE.read(python, launch_prefix, env=env, timeout_s=timeout_s)
+    return flagset_from_report(found.report, source=f"detected from {found.where}")
 
 
 def flagset_from_report(report: Mapping[str, Any], *, source: str) -> FlagSet:
@@ -217,19 +187,3 @@ def flagset_from_report(report: Mapping[str, Any], *, source: str) -> FlagSet:
         serve_script=script if isinstance(script, str) and script else None,
         env_vars=frozenset(str(n) for n in env) if isinstance(env, list) else frozenset(),
     )
-
-
-def _find_report(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(MARKER):
-            try:
-                value = json.loads(line[len(MARKER) :])
-            except json.JSONDecodeError:
-                return None
-            return value if isinstance(value, dict) else None
-    return None
-
-
-def _tail(text: str, lines: int = 3) -> str:
-    kept = [line.strip() for line in text.strip().splitlines() if line.strip()][-lines:]
-    return redact_text(" | ".join(kept))

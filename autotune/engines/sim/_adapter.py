@@ -24,7 +24,6 @@ from autotune.engines.sglang._adapter import (
     SGLangEngine,
     build_server_args,
     first_missing,
-    make_launch,
     unsupported_in,
 )
 from autotune.engines.sglang._dialects import FlagSet, known_flagset
@@ -150,7 +149,7 @@ class SimEngine(SGLangRules):
             argv += ["--sim-seed", str(sim.seed)]
         for fault in sim.faults:
             argv += ["--sim-fault", fault]
-        return make_launch(self.spec, argv, knob_env, port)
+        return self.spec.launch(argv, knob_env, port)
 
     def precheck(self, config: ServerConfig) -> Infeasible | None:
         if config.speculative_adaptive:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from autotune._errors import ConfigError, EngineError
 from autotune._knobs import SPECULATIVE_NUMBERS, Infeasible, ServerConfig
 from autotune._launch import LaunchSpec
-from autotune._redact import api_key_of, is_secret_env
 from autotune.engines._base import Engine, Hardware
 from autotune.engines.sglang._hardware import nvml_hardware
 from autotune.engines.vllm._crashes import VLLM_CRASH_RULES
@@ -245,15 +244,7 @@ class VLLMEngine(Engine):
         args, knob_env = build_serve_args(self.flags(), self.spec, config, port=port)
         argv = [*self.spec.launch_prefix, self.python, "-m", CLI_MODULE, "serve", *args]
         argv += self.spec.extra_args
-        env = {**self.spec.env, **knob_env}
-        return LaunchSpec(
-            argv=tuple(argv),
-            env=env,
-            port=port,
-            host=self.spec.host,
-            secret_env=frozenset(name for name in env if is_secret_env(name)),
-            api_key=api_key_of(self.spec.extra_args),
-        )
+        return self.spec.launch(argv, knob_env, port)
 
     def precheck(self, config: ServerConfig) -> Infeasible | None:
         flags = self.flags()

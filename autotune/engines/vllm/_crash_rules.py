@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from autotune.crashes import TAG_LOADING
+from autotune.crashes import TAG_LOADING, LineMarks
 
 TAG_CAPTURE = "capture"
 TAG_PROFILE = "profile"
@@ -19,18 +19,6 @@ TAG_NCCL = "nccl"
 TAG_ARGS = "args"
 TAG_KV_CACHE = "kv_cache"
 
-#: When a log shows several specific causes, the first of these wins (NCCL failures last: they
-#: are usually other ranks noticing that one rank died of something else).
-CAUSE_PRIORITY: tuple[str, ...] = (
-    "oom_kv_pool",
-    "oom_cuda_graph",
-    "graph_capture_other",
-    "oom_runtime",
-    "unsupported_arch",
-    "bad_args",
-    "port_in_use",
-    "nccl_error",
-)
 #: The category an unfinished traceback points to by its frame tags, best first.
 TAG_HINTS: tuple[tuple[str, str], ...] = (
     (TAG_KV_CACHE, "oom_kv_pool"),
@@ -112,7 +100,6 @@ _STRONG = re.compile(
     r"|Error executing method"
     r"|terminate called after throwing|^\s*Killed\s*$"
 )
-_WARNING = re.compile(r"\bWARNING\b|\bWARN\b|Warning:|\w+Warning\b|^\s*\[W[\d ]|^\s*W\d{4} ")
 _NOISE = (" NCCL INFO ", "warnings.warn(", "Using a slow tokenizer")
 _TRIGGER = re.compile(
     r"memory|captur|nccl|error|exception|traceback|file \"|capabilit|sm_?\d|kernel image"
@@ -121,6 +108,8 @@ _TRIGGER = re.compile(
     r"|ambiguous|watchdog|require|segment|dump|\[e\d|fail|interrupt|kv cache|cache blocks"
     r"|errno 98|eaddrinuse|validation|graph|gpu blocks"
 )
+#: The words of vLLM's log for the classifier's cheap questions about every line.
+MARKS = LineMarks(trigger=_TRIGGER, noise=_NOISE, strong=_STRONG)
 
 
 # setting up torch.distributed and the parallel groups (the NCCL communicators among them): a
@@ -135,23 +124,6 @@ _DIST_INIT_FUNCS = frozenset(
         "init_process_group",
     }
 )
-
-
-def may_matter(line: str) -> bool:
-    return _TRIGGER.search(line.lower()) is not None
-
-
-def is_noise(line: str) -> bool:
-    return any(marker in line for marker in _NOISE)
-
-
-def is_warning(line: str) -> bool:
-    return _WARNING.search(line) is not None
-
-
-def is_strong_crash(line: str) -> bool:
-    """A line only a dying vLLM prints ("Engine core initialization failed", a dead worker)."""
-    return _STRONG.search(line) is not None
 
 
 def frame_tags(path: str, func: str) -> frozenset[str]:

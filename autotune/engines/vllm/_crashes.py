@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import ClassVar
 
-from autotune.crashes import AdviceContext, CrashRules, Progress
+from autotune.crashes import AdviceContext, LineRules, ModuleCrashRules, Progress
 from autotune.engines.vllm import _crash_rules as rules
 
 _READY = "Application startup complete"
@@ -51,7 +52,7 @@ def strip_prefix(line: str) -> str:
     return line[m.end() :] if m else line
 
 
-class VLLMCrashRules(CrashRules):
+class VLLMCrashRules(ModuleCrashRules):
     """The rule set of a vLLM server's log.
 
     Traceback frames and exception lines are read after vLLM's own prefixes (see
@@ -59,8 +60,9 @@ class VLLMCrashRules(CrashRules):
     keeps its frames (and with them what the failing code was doing).
     """
 
-    cause_priority = rules.CAUSE_PRIORITY
+    lines: ClassVar[LineRules] = rules
     tag_hints = rules.TAG_HINTS
+    steps = _STEPS
 
     def parse_frame(self, line: str) -> tuple[str, str] | None:
         return super().parse_frame(strip_prefix(line))
@@ -77,33 +79,6 @@ class VLLMCrashRules(CrashRules):
     def is_traceback_start(self, line: str) -> bool:
         return super().is_traceback_start(strip_prefix(line))
 
-    def specific_cause(
-        self,
-        line: str,
-        exception: tuple[str, str] | None,
-        tags: frozenset[str],
-        capture_phase: bool,
-    ) -> tuple[str, int] | None:
-        return rules.specific_cause(line, exception, tags, capture_phase)
-
-    def is_strong_crash(self, line: str) -> bool:
-        return rules.is_strong_crash(line)
-
-    def frame_tags(self, path: str, func: str) -> frozenset[str]:
-        return rules.frame_tags(path, func)
-
-    def may_matter(self, line: str) -> bool:
-        return rules.may_matter(line)
-
-    def is_noise(self, line: str) -> bool:
-        return rules.is_noise(line)
-
-    def is_warning(self, line: str) -> bool:
-        return rules.is_warning(line)
-
-    def hint_of(self, line: str) -> tuple[str, int] | None:
-        return rules.hint_of(line)
-
     def settings(self, line: str) -> Mapping[str, str]:
         m = _UTILIZATION.search(line)
         if m is None:
@@ -119,10 +94,7 @@ class VLLMCrashRules(CrashRules):
             return Progress("capture_end", "CUDA graphs captured")
         if _CAPTURE_BEGIN.search(line):
             return Progress("capture_begin", "capturing CUDA graphs")
-        for text, phase in _STEPS:
-            if text in line:
-                return Progress("step", phase, loading=phase == "loading weights")
-        return None
+        return self.step(line)
 
     def advise(self, ctx: AdviceContext) -> str:
         return advise(ctx)

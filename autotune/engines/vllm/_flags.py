@@ -11,21 +11,19 @@ the server; :func:`known_flags` gives autotune's table of a named release.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from autotune._errors import EngineError
-from autotune._redact import redact_text
+from autotune.engines._report import ReportProbe
 
 #: Seconds allowed for importing vLLM's parser (it imports torch and transformers).
 DETECT_TIMEOUT_S = 240.0
 #: Prefix of the report line, so that what vLLM prints while importing is ignored.
 MARKER = "AUTOTUNE-VLLM-FLAGS "
+_PIN = "or set engine.vllm_version to use autotune's table of flags"
 
 
 @dataclass(frozen=True)
@@ -133,6 +131,19 @@ sys.stdout.write("\n" + MARKER + json.dumps(report()) + "\n")
 sys.stdout.flush()
 """.replace("MARKER", repr(MARKER))
 
+#: How the script is run, and what to do when its report cannot be read.
+_PROBE = ReportProbe(
+    engine="vLLM",
+    script=SCRIPT,
+    marker=MARKER,
+    missing="set engine.python to the bin/python of the environment vLLM is installed in, " + _PIN,
+    slow="check that the interpreter starts, " + _PIN,
+    unrunnable=_PIN,
+    failed="run the same interpreter by hand to see why it fails, " + _PIN,
+    not_importable="install vLLM for that interpreter, or set engine.python to the one it is "
+    "installed in, " + _PIN,
+)
+
 
 def detect_flags(
     python: str,
@@ -147,48 +158,8 @@ def detect_flags(
         EngineError: the interpreter cannot be run, vLLM is not importable there, or the import
             took longer than ``timeout_s``; the message says which and what to do.
     """
-    argv = [*launch_prefix, python, "-c", SCRIPT]
-    where = " ".join([*launch_prefix, python])
-    pin = "or set engine.vllm_version to use autotune's table of flags"
-    try:
-        done = subprocess.run(
-            argv,
-            env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except FileNotFoundError as e:
-        raise EngineError(
-            f"cannot read vLLM's flags: {argv[0]!r} was not found",
-            hint="set engine.python to the bin/python of the environment vLLM is installed in, "
-            + pin,
-        ) from e
-    except subprocess.TimeoutExpired as e:
-        raise EngineError(
-            f"reading vLLM's flags with {where} took longer than {timeout_s:.0f} s",
-            hint="check that the interpreter starts, " + pin,
-        ) from e
-    except OSError as e:
-        raise EngineError(f"cannot run {where} to read vLLM's flags: {e}", hint=pin) from e
-    report = _find_report(done.stdout)
-    if report is None:
-        lines = [x.strip() for x in (done.stderr or done.stdout).splitlines() if x.strip()]
-        tail = redact_text(" | ".join(lines[-3:]))
-        raise EngineError(
-            f"could not read vLLM's flags with {where}: exit code {done.returncode}"
-            + (f": {tail}" if tail else ""),
-            hint="run the same interpreter by hand to see why it fails, " + pin,
-        )
-    if "error" in report:
-        raise EngineError(
-            f"vLLM is not importable by {where}: {redact_text(str(report['error']))}",
-            hint="install vLLM for that interpreter, or set engine.python to the one it is "
-            "installed in, " + pin,
-        )
-    return flags_from_report(report, source=f"detected from {where}")
+    found = _PROBE.read(python, launch_prefix, env=env, timeout_s=timeout_s)
+    return flags_from_report(found.report, source=f"detected from {found.where}")
 
 
 def flags_from_report(report: Mapping[str, Any], *, source: str) -> VLLMFlags:
@@ -209,14 +180,3 @@ def flags_from_report(report: Mapping[str, Any], *, source: str) -> VLLMFlags:
     return VLLMFlags(
         version=None if version is None else str(version), options=options, source=source
     )
-
-
-def _find_report(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(MARKER):
-            try:
-                value = json.loads(line[len(MARKER) :])
-            except json.JSONDecodeError:
-                return None
-            return value if isinstance(value, dict) else None
-    return None

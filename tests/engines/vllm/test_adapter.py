@@ -90,8 +90,11 @@ def test_launch_prefix_and_python_are_used_as_for_sglang() -> None:
         launch_prefix=("docker", "exec", "box"),
         extra_args=("--max-model-len", "8192"),
     )
-    argv = _engine(spec).build_launch(ServerConfig(), port=1).argv
+    launch = _engine(spec).build_launch(ServerConfig(), port=1)
+    argv = launch.argv
     assert argv[:4] == ("docker", "exec", "box", "python3")
+    # the server runs, and is stopped, through the prefix
+    assert launch.prefix == ("docker", "exec", "box")
     assert argv[-2:] == ("--max-model-len", "8192")
     spec = EngineSpec(kind="vllm", vllm_version="0.33.0", model_path="/m", python="/venv/bin/py")
     assert _engine(spec).build_launch(ServerConfig(), port=1).argv[0] == "/venv/bin/py"
