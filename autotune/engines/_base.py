@@ -64,6 +64,10 @@ class Engine(abc.ABC):
     #: The speculative numbers this engine takes, all set or none (SGLang's three; vLLM's one
     #: chain length); a space that sets some of them must set them all.
     speculative_numbers: ClassVar[tuple[str, ...]] = SPECULATIVE_NUMBERS
+    #: The engine kind that simulates this engine, and whose rules the simulator's model applies
+    #: (:class:`autotune.sim.SimModel`'s ``engine``): for the search benchmark, which runs a
+    #: space on the simulator's model.
+    simulator: ClassVar[tuple[str, str]] = ("sim", "sglang")
 
     def __init__(self, spec: EngineSpec) -> None:
         self.spec = spec

@@ -7,7 +7,7 @@ from autotune.engines._base import Engine
 from autotune.engines._serving import ServerApi
 from autotune.engines._spec import EngineSpec
 from autotune.engines.sglang import SGLangEngine
-from autotune.engines.sim import SimEngine
+from autotune.engines.sim import SimEngine, SimVLLMEngine
 from autotune.engines.vllm import VLLMEngine
 
 #: ``engine.kind`` -> the adapter class that serves it.
@@ -15,6 +15,7 @@ _ADAPTERS: dict[str, type[Engine]] = {
     "sim": SimEngine,
     "sglang": SGLangEngine,
     "vllm": VLLMEngine,
+    "sim-vllm": SimVLLMEngine,
 }
 
 
@@ -41,8 +42,8 @@ def engine_class(kind: str) -> type[Engine]:
 
 
 def create_engine(spec: EngineSpec) -> Engine:
-    """The adapter for ``spec.kind``: :class:`SGLangEngine`, :class:`SimEngine` or
-    :class:`VLLMEngine`.
+    """The adapter for ``spec.kind``: :class:`SGLangEngine`, :class:`SimEngine`,
+    :class:`VLLMEngine` or :class:`SimVLLMEngine`.
 
     Raises:
         ConfigError: an unknown engine kind.

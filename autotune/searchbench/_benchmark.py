@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune._errors import ConfigError
+from autotune.engines import engine_class
 from autotune.searchbench._bookkeeping import (
     StrategySummary,
     StudyScore,
@@ -75,13 +76,15 @@ class SearchBenchResult:
 
 
 def prepare(space_path: str, profile: str | None) -> tuple[SearchSpace, SimModel]:
-    """The space (its simulator profile replaced by ``profile``) and the model."""
+    """The space (its simulator profile replaced by ``profile``, its engine by the one that
+    simulates it) and the model with that engine's rules."""
     space = load_space(space_path)
     name = profile or space.engine.sim.profile
     sim = dataclasses.replace(space.engine.sim, profile=name)
-    engine = dataclasses.replace(space.engine, kind="sim", sim=sim)
+    kind, rules = engine_class(space.engine.kind).simulator
+    engine = dataclasses.replace(space.engine, kind=kind, sim=sim)
     space = dataclasses.replace(space, engine=engine)
-    return space, SimModel(load_profile(name))
+    return space, SimModel(load_profile(name), engine=rules)
 
 
 def run_search_benchmark(

@@ -1,8 +1,10 @@
-"""The simulated SGLang server and the model behind it.
+"""The simulated SGLang and vLLM servers and the model behind them.
 
 ``python -m autotune.sim --model-path M [SGLang flags] [--sim-* options]`` (or ``autotune sim
-serve``) starts a server with SGLang's command line, start-up log, crashes and HTTP endpoints,
-paced by :class:`SimModel`; ``autotune sim eval`` asks the model directly, without a server.
+serve``) starts a server with SGLang's command line, start-up log, crashes and HTTP endpoints;
+``python -m autotune.sim serve M [vllm serve flags] [--sim-* options]`` one with vLLM's. Both are
+paced by :class:`SimModel` (``engine="vllm"``: vLLM's memory rule and defaults); ``autotune sim
+eval`` asks the model directly, without a server.
 """
 
 from __future__ import annotations

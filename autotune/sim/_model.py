@@ -20,26 +20,44 @@ from autotune.sim._startup import StartupPlanner
 from autotune.sim._timing import StepTimer
 from autotune.sim._types import Crash, StartupPlan, Verdict
 from autotune.sim._virtual import VirtualRun
+from autotune.sim._vllm_startup import VLLMStartupPlanner
+
+#: The engines whose rules the model applies: SGLang's (static memory share, EAGLE trees) and
+#: vLLM's (a share of the whole GPU, one draft chain).
+ENGINES = ("sglang", "vllm")
 
 
 class SimModel:
-    """Memory, start-up, step-time and acceptance model of one profile."""
+    """Memory, start-up, step-time and acceptance model of one profile.
 
-    def __init__(self, profile: Profile) -> None:
+    ``engine`` says whose start-up rules apply: ``sglang`` (its memory accounting and automatic
+    choices) or ``vllm`` (:mod:`autotune.sim._vllm_memory`, its defaults, one draft chain).
+    """
+
+    def __init__(
+        self, profile: Profile, *, engine: str = "sglang", max_model_len: int | None = None
+    ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"no model of engine {engine!r}: one of {', '.join(ENGINES)}")
         self.profile = profile
+        self.engine = engine
         self._planner = StartupPlanner(profile)
+        self._vllm = VLLMStartupPlanner(profile, max_model_len=max_model_len)
 
     @classmethod
-    def from_profile(cls, name_or_path: str) -> SimModel:
-        return cls(load_profile(name_or_path))
+    def from_profile(cls, name_or_path: str, *, engine: str = "sglang") -> SimModel:
+        return cls(load_profile(name_or_path), engine=engine)
 
     # --- start-up --------------------------------------------------------------------------
     def resolve(self, config: ServerConfig) -> ServerConfig:
         """``config`` with what SGLang chooses itself: the automatic speculative numbers.
 
         With speculation on and no speculative numbers, SGLang picks (steps, top-k, draft
-        tokens) = (5, 4, 8) for Llama and Grok models and (3, 1, 4) for the others.
+        tokens) = (5, 4, 8) for Llama and Grok models and (3, 1, 4) for the others. vLLM's
+        choices are its defaults (:meth:`resolve_vllm`).
         """
+        if self.engine == "vllm":
+            return self.resolve_vllm(config)
         if not config.speculative or config.speculative_num_steps is not None:
             return config
         arch = self.profile.model.architecture
@@ -48,6 +66,28 @@ class SimModel:
             speculative_num_steps=steps,
             speculative_eagle_topk=topk,
             speculative_num_draft_tokens=draft,
+        )
+
+    def resolve_vllm(self, config: ServerConfig) -> ServerConfig:
+        """``config`` with vLLM's defaults for this GPU: ``gpu_memory_utilization`` 0.9,
+        ``max_num_seqs`` 1024 and ``max_num_batched_tokens`` 8192 on a GPU of 70 GiB or more
+        (256 and 2048 below), the largest captured batch ``min(2 * max_num_seqs, 512)``, and a
+        draft chain of top-k 1 verifying ``num_speculative_tokens + 1`` tokens."""
+        big = self.profile.hardware.memory_gib >= 70
+        seqs = config.max_running_requests or (1024 if big else 256)
+        steps = config.speculative_num_steps if config.speculative else None
+        if config.speculative and steps is None:
+            steps = 3
+        return config.replace(
+            gpu_memory_utilization=(
+                0.9 if config.gpu_memory_utilization is None else config.gpu_memory_utilization
+            ),
+            max_running_requests=seqs,
+            chunked_prefill_size=config.chunked_prefill_size or (8192 if big else 2048),
+            cuda_graph_max_bs=config.cuda_graph_max_bs or min(512, 2 * seqs),
+            speculative_num_steps=steps,
+            speculative_eagle_topk=1 if steps else None,
+            speculative_num_draft_tokens=steps + 1 if steps else None,
         )
 
     def plan_startup(
@@ -61,6 +101,8 @@ class SimModel:
         devices = self._device_failure(config, env)
         if devices is not None:
             return devices
+        if self.engine == "vllm":
+            return self._vllm.plan(config)
         return self._planner.plan(config, env)
 
     def _device_failure(self, config: ServerConfig, env: Mapping[str, str]) -> StartupPlan | None:
@@ -131,7 +173,11 @@ class SimModel:
             timer=StepTimer(self.profile, config),
             kv_tokens=plan.memory.kv_tokens,
             max_running=plan.max_running_requests,
-            max_bs=max_bs_of(self.profile, config),
+            max_bs=(
+                config.cuda_graph_max_bs or 512
+                if self.engine == "vllm"
+                else max_bs_of(self.profile, config)
+            ),
             cuda_graph=plan.cuda_graph,
             chunk=config.chunked_prefill_size or self.profile.runtime.default_chunked_prefill,
             acceptance=self.acceptance(config, scale=acceptance_scale),

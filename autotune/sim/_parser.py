@@ -151,10 +151,18 @@ def build_parser(dialect: str, prog: str | None = None) -> argparse.ArgumentPars
         add("--disable-cuda-graph", action="store_true")
         add("--enable-flashinfer-allreduce-fusion", action="store_true")
         add("--enable-ep-moe", action="store_true")
+    add_sim_options(p, DIALECTS, "0.5.23", what="SGLang release to imitate")
+    return p
+
+
+def add_sim_options(
+    p: argparse.ArgumentParser, dialects: Sequence[str], default: str, *, what: str
+) -> None:
+    """The ``--sim-*`` options of either command line (``dialects``: those it may name)."""
     sim = p.add_argument_group("simulator options")
     opt = sim.add_argument
     opt("--sim-profile", default=DEFAULT_PROFILE, help="profile name or file")
-    opt("--sim-dialect", choices=DIALECTS, default="0.5.23", help="SGLang release to imitate")
+    opt("--sim-dialect", choices=tuple(dialects), default=default, help=what)
     opt("--sim-time-scale", type=_non_negative, default=1.0, help="start-up duration multiplier")
     opt("--sim-noise", type=_non_negative, default=0.0, help="step-time noise (0: none)")
     opt("--sim-serve-scale", type=_at_least_one, default=1.0, metavar="K",
@@ -166,4 +174,3 @@ def build_parser(dialect: str, prog: str | None = None) -> argparse.ArgumentPars
     opt("--sim-fault", type=_fault, action="append", default=[], metavar="FAULT",
         help="hang_startup, slow_start:X, crash_mid_benchmark:N, stall_stream:N, "
         "refuse_connections, garbage:N, http_500:N, drop_connection:N")  # fmt: skip
-    return p

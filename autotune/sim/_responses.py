@@ -50,6 +50,8 @@ class ServerInfo:
     speculative: bool
     #: Default number of tokens per streamed chunk (``--stream-interval``).
     stream_interval: int = 1
+    #: Whose HTTP surface the server shows: ``sglang`` or ``vllm``.
+    engine: str = "sglang"
 
 
 @dataclass

@@ -112,15 +112,17 @@ class ServingRuntime:
         self.faults = faults
         self.on_fatal = on_fatal
         self.completed = 0
-        self.metrics = ServerMetrics(
-            speculative=self.speculative, num_draft_tokens=num_draft_tokens
-        )
+        self.metrics = self.new_metrics()
         self.admission = admission or Admission()
         self._requests: dict[str, RequestState] = {}
         self._wake = asyncio.Event()
         self._closed = asyncio.Event()
         self._decode_steps = 0
         self._window = _Window(time.monotonic())
+
+    def new_metrics(self) -> ServerMetrics:
+        """The metrics behind ``/metrics`` (SGLang's names)."""
+        return ServerMetrics(speculative=self.speculative, num_draft_tokens=self.num_draft_tokens)
 
     # --- requests --------------------------------------------------------------------------
     @property
@@ -329,7 +331,7 @@ class ServingRuntime:
 
     # --- metrics ---------------------------------------------------------------------------
     def render_metrics(self, model_name: str) -> str:
-        """Prometheus text exposition of SGLang's ``sglang:`` metrics."""
+        """The Prometheus text of ``/metrics`` (SGLang's ``sglang:`` metrics here)."""
         return self.metrics.render(self.engine.stats, model_name)
 
 

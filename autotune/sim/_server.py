@@ -53,6 +53,18 @@ class SimServer:
         self.ready = False
         self.created = int(time.time())
         self._count = 0
+        self.router = Router(self._routes())
+
+    def _routes(self) -> list[Route]:
+        if self.info.engine == "vllm":
+            return [
+                Route("/health", self.health),
+                Route("/version", self.version),
+                Route("/v1/models", self.models),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/metrics", self.metrics),
+            ]
         routes = [
             Route("/health", self.health),
             Route("/health_generate", self.health_generate),
@@ -66,14 +78,18 @@ class SimServer:
             Route("/v1/models", self.models),
             Route("/flush_cache", self.flush_cache, methods=["GET", "POST"]),
         ]
-        if info.enable_metrics:
+        if self.info.enable_metrics:
             routes.append(Route("/metrics", self.metrics))
-        self.router = Router(routes)
+        return routes
 
     async def __call__(self, scope: Scope, receive: ASGIReceive, send: ASGISend) -> None:
         key = self.info.api_key
         path = scope.get("path", "")
-        guarded = not path.startswith(("/health", "/metrics")) and scope.get("method") != "OPTIONS"
+        if self.info.engine == "vllm":  # vLLM's key guards its /v1 routes
+            guarded = path.startswith("/v1") and scope.get("method") != "OPTIONS"
+        else:
+            open_path = path.startswith(("/health", "/metrics"))
+            guarded = not open_path and scope.get("method") != "OPTIONS"
         if scope["type"] == "http" and key and guarded:
             auth = dict(scope["headers"]).get(b"authorization", b"")
             if auth != f"Bearer {key}".encode():
@@ -148,11 +164,14 @@ class SimServer:
             "id": self.info.served_model_name,
             "object": "model",
             "created": self.created,
-            "owned_by": "sglang",
+            "owned_by": self.info.engine,
             "root": self.info.model_path,
             "max_model_len": self.info.context_length,
         }
         return JSONResponse({"object": "list", "data": [card]})
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": self.info.version})
 
     async def flush_cache(self, request: Request) -> Response:
         s = self.runtime.engine.stats

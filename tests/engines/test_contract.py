@@ -201,6 +201,50 @@ CASES["vllm"] = EngineCase(
 )
 
 
+def _sim_vllm_crash_logs() -> list[tuple[str, str]]:
+    """Start-ups the simulated vLLM server plans to crash, logged as it logs them, with the
+    category the simulator meant: no KV cache block, max_model_len beyond the KV cache, the
+    drafter's CUDA graphs outside the share."""
+    import io
+
+    from autotune.sim import SimModel, load_profile
+    from autotune.sim._vllm_log import VLLMLog
+
+    model = SimModel(load_profile("h100-llama-3.1-8b"), engine="vllm")
+    out = []
+    for utilization in (0.2, 0.4, 0.99):
+        config = ServerConfig(
+            speculative_algorithm="EAGLE3",
+            speculative_num_steps=4,
+            gpu_memory_utilization=utilization,
+            cuda_graph_max_bs=512,
+        )
+        plan = model.plan_startup(config)
+        assert plan.crash is not None, utilization
+        text = io.StringIO()
+        log = VLLMLog(text, pid=4242)
+        for record in [line for phase in plan.phases for line in phase.lines]:
+            log.record(record)
+        for record in plan.crash.lines:
+            log.record(record)
+        out.append((text.getvalue(), plan.crash.category))
+    return out
+
+
+CASES["sim-vllm"] = dataclasses.replace(
+    CASES["vllm"],
+    spec=EngineSpec(
+        kind="sim-vllm",
+        model_path="meta-llama/Llama-3.1-8B-Instruct",
+        draft_model_path="/models/draft",
+        sim=SimOptions(profile="h100-llama-3.1-8b"),
+    ),
+    lacking=None,
+    ready_lines=lambda: ["(APIServer pid=4242) INFO:     Application startup complete."],
+    crash_logs=_sim_vllm_crash_logs,
+)
+
+
 def case_of(kind: str) -> EngineCase:
     found = CASES.get(kind)
     if found is None:
@@ -411,5 +455,6 @@ def test_server_statistics_yield_acceptance(case: EngineCase, engine: Engine) ->
 def test_the_start_up_time_scale_is_that_of_the_box_it_stands_for(engine: Engine) -> None:
     scale = engine.startup_time_scale()
     # a real engine starts in real time; the simulator as fast as its time scale says
-    expected = engine.spec.sim.time_scale if engine.spec.kind == "sim" else 1.0
+    simulated = engine.spec.kind in ("sim", "sim-vllm")
+    expected = engine.spec.sim.time_scale if simulated else 1.0
     assert scale == expected and 0 < scale <= 1.0

@@ -209,7 +209,7 @@ def test_metrics(client: httpx.Client) -> None:
     for name in ("time_to_first_token_seconds", "inter_token_latency_seconds",
                  "e2e_request_latency_seconds"):  # fmt: skip
         assert f"# TYPE sglang:{name} histogram" in text
-        assert re.search(rf'^sglang:{name}_bucket{{.*le="\+Inf"}} [1-9]', text, re.M)
+        assert re.search(rf'^sglang:{name}_bucket{{.*le="\+Inf".*}} [1-9]', text, re.M)
 
 
 @pytest.mark.parametrize(

@@ -21,12 +21,12 @@ Acceptance of a run (``acceptance_source``):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.engines._prometheus import sample_values
 from autotune.engines._serving import NO_DRAFT_STATS, Acceptance, DraftStats, ServerApi
 from autotune.server import Probe, Readiness
 
@@ -166,13 +166,5 @@ def _sum_key(states: list[Mapping[str, Any]], key: str) -> float | None:
 
 def _gauge(text: str, name: str) -> float | None:
     """Mean of a gauge's samples (over label sets) in a Prometheus text exposition."""
-    samples: list[float] = []
-    for line in text.splitlines():
-        rest = line[len(name) :] if line.startswith(name) else ""
-        # "{labels} value [timestamp]" or " value [timestamp]"; not a longer metric name
-        parts = rest.rsplit("}", 1)[-1].split() if rest[:1] in ("{", " ") else []
-        with contextlib.suppress(ValueError):
-            value = float(parts[0]) if parts else math.nan
-            if not math.isnan(value):
-                samples.append(value)
+    samples = sample_values(text, (name,)).get(name, [])
     return math.fsum(samples) / len(samples) if samples else None

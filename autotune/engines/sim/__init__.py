@@ -1,7 +1,9 @@
-"""The simulated-SGLang adapter: SGLang's command line, run by ``python -m autotune.sim``."""
+"""The simulated-engine adapters: SGLang's command line (``engine.kind: sim``) or vLLM's
+(``engine.kind: sim-vllm``), run by ``python -m autotune.sim``."""
 
 from __future__ import annotations
 
 from autotune.engines.sim._adapter import SIM_DIALECTS, SimEngine, check_sim_options
+from autotune.engines.sim._vllm import SIM_VLLM_RELEASES, SimVLLMEngine
 
-__all__ = ["SIM_DIALECTS", "SimEngine", "check_sim_options"]
+__all__ = ["SIM_DIALECTS", "SIM_VLLM_RELEASES", "SimEngine", "SimVLLMEngine", "check_sim_options"]

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._errors import ConfigError
 from autotune._knobs import Infeasible
-from autotune.engines._base import Hardware
 from autotune.engines._spec import EngineSpec
 from autotune.engines.sglang._adapter import (
     SGLangEngine,
@@ -28,6 +27,7 @@ from autotune.engines.sglang._adapter import (
 )
 from autotune.engines.sglang._dialects import FlagSet, known_flagset
 from autotune.engines.sglang._rules import SGLangRules
+from autotune.engines.sim._profile_facts import ProfileFacts
 
 if TYPE_CHECKING:
     from autotune._document import Section
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from autotune._launch import LaunchSpec
     from autotune._workload import WorkloadSpec
     from autotune.engines._spec import SimOptions
-    from autotune.sim import Profile
 
 #: The SGLang releases whose command line the simulated server speaks.
 SIM_DIALECTS = ("0.5.23", "0.5.3")
@@ -45,10 +44,17 @@ _NO_ADAPTIVE = (
 )
 
 
-def check_sim_options(options: SimOptions, sec: Section, *, tp_size: int) -> None:
+def check_sim_options(
+    options: SimOptions,
+    sec: Section,
+    *,
+    tp_size: int,
+    dialects: tuple[str, ...] | None = SIM_DIALECTS,
+) -> None:
     """Refuse, where the space file says it, a simulator section the simulator cannot run.
 
-    The dialect must be one of :data:`SIM_DIALECTS`, the profile one the simulator loads, the
+    The dialect must be one of ``dialects`` (``None``: not checked here), the profile one the
+    simulator loads, the
     tensor-parallel size at most the profile's GPU count, and every fault one of
     the simulator's faults with a valid argument.
 
@@ -57,11 +63,11 @@ def check_sim_options(options: SimOptions, sec: Section, *, tp_size: int) -> Non
     """
     from autotune.sim import load_profile, parse_fault
 
-    if options.dialect not in SIM_DIALECTS:
+    if dialects is not None and options.dialect not in dialects:
         raise sec.error(
             f"the simulated server has no dialect {options.dialect!r}",
             "dialect",
-            hint="choose one of: " + ", ".join(SIM_DIALECTS),
+            hint="choose one of: " + ", ".join(dialects),
         )
     try:
         profile = load_profile(options.profile)
@@ -85,7 +91,7 @@ def check_sim_options(options: SimOptions, sec: Section, *, tp_size: int) -> Non
             raise sec.doc.error(message, (*sec.path, "faults", i), hint=e.hint) from None
 
 
-class SimEngine(SGLangRules):
+class SimEngine(ProfileFacts, SGLangRules):
     """Launches the simulated SGLang server with the flags of ``engine.sim.dialect``."""
 
     kind = "sim"
@@ -171,52 +177,3 @@ class SimEngine(SGLangRules):
         if knob == "speculative_adaptive":
             refused.update({v: _NO_ADAPTIVE for v in values if v is True})
         return refused
-
-    def hardware(self) -> Hardware:
-        """The simulated GPUs, from the profile (unknown fields when it has none)."""
-        profile = self._profile()
-        if profile is None:
-            return Hardware()
-        hw = profile.hardware
-        capability = tuple(hw.compute_capability)
-        return Hardware(
-            gpu_name=hw.gpu_name,
-            gpu_count=hw.gpu_count,
-            memory_gib=float(hw.memory_gib),
-            compute_capability=(int(capability[0]), int(capability[1])),
-            interconnect=hw.interconnect,
-        )
-
-    def architecture(self) -> str | None:
-        """The architecture of the profile's target model."""
-        try:
-            profile = self._profile()
-        except ConfigError:
-            return None
-        return None if profile is None else profile.model.architecture
-
-    def weights_gib(self, algorithm: str | None = None) -> tuple[float | None, float | None]:
-        """The profile's target weights and draft weights, both on all GPUs together.
-
-        The profile gives the draft head per GPU (every rank holds a whole copy), so its total
-        is that times ``engine.tp_size``. ``algorithm`` None: the profile's only draft, if it
-        has exactly one.
-        """
-        profile = self._profile()
-        if profile is None:
-            return None, None
-        target = float(profile.model.weights_gib)
-        if algorithm is None:
-            drafts = list(profile.drafts)
-            if len(drafts) != 1:
-                return target, None
-            algorithm = drafts[0]
-        draft = profile.draft_weights_gib(algorithm.upper())
-        return target, None if draft is None else float(draft) * max(1, self.spec.tp_size)
-
-    def _profile(self) -> Profile | None:
-        try:
-            from autotune.sim import load_profile
-        except ImportError:
-            return None
-        return load_profile(self.spec.sim.profile)

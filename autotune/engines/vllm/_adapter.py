@@ -188,6 +188,7 @@ class VLLMEngine(Engine):
 
     kind = "vllm"
     speculative_numbers = ("speculative_num_steps",)
+    simulator = ("sim-vllm", "vllm")
 
     def __init__(self, spec: EngineSpec, *, flags: VLLMFlags | None = None) -> None:
         super().__init__(spec)

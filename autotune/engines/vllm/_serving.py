@@ -16,10 +16,10 @@ own) and accept rate ``accepted / draft tokens``. vLLM's answers carry no per-re
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.engines._prometheus import sample_values
 from autotune.engines._serving import NO_DRAFT_STATS, Acceptance, DraftStats, ServerApi
 from autotune.server import Probe, Readiness
 
@@ -36,9 +36,6 @@ METRICS = "/metrics"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-
-#: ``name{labels} value [timestamp]`` or ``name value [timestamp]`` of the exposition format.
-_SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(?:\{.*\})?\s+(\S+)(?:\s+\S+)?\s*$")
 
 
 class VLLMServerApi(ServerApi):
@@ -84,20 +81,7 @@ def acceptance_from_metrics(before: str | None, after: str | None) -> Acceptance
 
 
 def counters(text: str) -> dict[str, float]:
-    """The speculative counters of a Prometheus text exposition, each summed over its label
-    sets (samples that are not numbers are skipped)."""
-    wanted = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
-    out: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        if not line.startswith("vllm:spec_decode_num_"):
-            continue
-        m = _SAMPLE.match(line)
-        if m is None or m.group(1) not in wanted:
-            continue
-        try:
-            value = float(m.group(2))
-        except ValueError:
-            continue
-        if math.isfinite(value):
-            out.setdefault(m.group(1), []).append(value)
-    return {name: math.fsum(values) for name, values in out.items()}
+    """The speculative counters of a Prometheus text exposition (read with
+    ``prometheus_client``'s parser), each summed over its label sets."""
+    found = sample_values(text, (DRAFTS, DRAFT_TOKENS, ACCEPTED))
+    return {name: math.fsum(values) for name, values in found.items()}
