@@ -36,7 +36,14 @@ import numpy as np
 from autotune._knobs import ServerConfig
 from autotune.sim._memory import graph_tokens_per_bs
 from autotune.twin._prior import Layout, _sglang_defaults
-from autotune.twin._proxy import LoadShape, Proxy, effective_mode, max_running_of
+from autotune.twin._proxy import (
+    ACCEPTANCE_NAMES,
+    LoadShape,
+    Proxy,
+    accept_length,
+    effective_mode,
+    max_running_of,
+)
 
 _GIB = 1024**3
 #: Spread of one throughput measurement (log): the benchmark's noise and the model's own error.
@@ -183,8 +190,6 @@ class Fitter:
         mean: np.ndarray,
         sd: np.ndarray,
     ) -> None:
-        from autotune.twin._twin import ACCEPTANCE_NAMES, accept_length
-
         if "acc_p1" not in layout.names:
             return
         data = []

@@ -21,7 +21,9 @@ import numpy as np
 
 from autotune._knobs import ServerConfig
 from autotune._workload import WorkloadSpec
+from autotune.sim._acceptance import AcceptanceModel
 from autotune.sim._memory import graph_tokens_per_bs
+from autotune.sim._profile import Acceptance
 from autotune.twin._gpus import gpu_spec
 from autotune.twin._prior import Layout, _dense_gib, _sglang_defaults, _weights_gib
 
@@ -246,3 +248,18 @@ class Proxy:
         if config.speculative:
             reserved = reserved + 2048
         return np.asarray(np.round((total_mib - reserved) / total_mib, 3))
+
+
+ACCEPTANCE_NAMES = ("acc_p1", "acc_decay", "acc_floor", "acc_rank_share", "acc_rank_ratio")
+
+
+def accept_length(layout: Layout, z: np.ndarray, steps: int, topk: int, n_draft: int) -> float:
+    """The simulator's expected accept length of a (steps, top-k, draft tokens) tree for the
+    acceptance coefficients of ``z``."""
+    vals = {}
+    for name in ACCEPTANCE_NAMES:
+        c = layout.coefficients[layout.index(name)]
+        vals[name[4:]] = c.from_z(float(z[layout.index(name)]))
+    acc = Acceptance(temperature_penalty=0.15, **vals)
+    model = AcceptanceModel.build(acc, depth=max(1, steps), temperature=0.0, scale=1.0)
+    return float(model.tree(steps, topk, n_draft).expected_accept_length)

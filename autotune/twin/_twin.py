@@ -19,12 +19,19 @@ import numpy as np
 from autotune._knobs import ServerConfig
 from autotune._workload import WorkloadSpec
 from autotune.sim import Profile, SimModel
-from autotune.sim._acceptance import AcceptanceModel
 from autotune.space import METRICS, SearchSpace
 from autotune.twin._facts import BoxFacts
+from autotune.twin._fit import Fitter
 from autotune.twin._prediction import TwinPrediction, crash_kinds
 from autotune.twin._prior import Layout, build_layout
-from autotune.twin._proxy import LoadShape, Proxy, max_bs_of, max_running_of
+from autotune.twin._proxy import (
+    ACCEPTANCE_NAMES,
+    LoadShape,
+    Proxy,
+    accept_length,
+    max_bs_of,
+    max_running_of,
+)
 
 #: Particles the twin holds by default: enough for the spread of a prediction, few enough to
 #: score a few hundred candidates per proposal.
@@ -77,8 +84,6 @@ class Twin:
         self._accept_cache: dict[Any, tuple[float, np.ndarray]] = {}
         self._model: SimModel | None = None
         self._c0_cache: dict[str, np.ndarray] | None = None
-        from autotune.twin._fit import Fitter
-
         self.fitter = Fitter(self)
 
     # --- construction ----------------------------------------------------------------------
@@ -320,20 +325,3 @@ class Twin:
                 slope[k] = (accept_length(self.layout, z, steps, topk, n_draft) - base) / 0.01
             self._accept_cache[key] = (base, slope)
         return self._accept_cache[key]
-
-
-ACCEPTANCE_NAMES = ("acc_p1", "acc_decay", "acc_floor", "acc_rank_share", "acc_rank_ratio")
-
-
-def accept_length(layout: Layout, z: np.ndarray, steps: int, topk: int, n_draft: int) -> float:
-    """The simulator's expected accept length of a (steps, top-k, draft tokens) tree for the
-    acceptance coefficients of ``z``."""
-    from autotune.sim._profile import Acceptance
-
-    vals = {}
-    for name in ACCEPTANCE_NAMES:
-        c = layout.coefficients[layout.index(name)]
-        vals[name[4:]] = c.from_z(float(z[layout.index(name)]))
-    acc = Acceptance(temperature_penalty=0.15, **vals)
-    model = AcceptanceModel.build(acc, depth=max(1, steps), temperature=0.0, scale=1.0)
-    return float(model.tree(steps, topk, n_draft).expected_accept_length)
