@@ -96,6 +96,7 @@ class Fitter:
         names = layout.names
         mean = self.prior_z.copy()
         sd = self.prior_sd.copy()
+        self.blocks: list[tuple[list[int], np.ndarray]] = []
         self._memory(obs, layout, mean, sd)
         self._acceptance(obs, layout, mean, sd)
         self._startup(obs, layout, mean, sd)
@@ -216,6 +217,7 @@ class Fitter:
         zs, cov = gauss_newton(residuals, mean[idx].copy(), rounds=12)
         mean[idx] = zs
         sd[idx] = np.sqrt(np.clip(np.diag(cov), 1e-8, None))
+        self.blocks.append((idx, cov))
 
     # --- start-up --------------------------------------------------------------------------
     def _startup(
@@ -308,11 +310,19 @@ class Fitter:
             zs, cov = gauss_newton(residuals, mean[idx].copy(), rounds=8, batched=True)
             mean[idx] = zs
             sd[idx] = np.sqrt(np.clip(np.diag(cov), 1e-8, None))
+        self.blocks.append((idx, cov))
 
     # --- particles -------------------------------------------------------------------------
     def _draw(self, mean: np.ndarray, sd: np.ndarray, n: int) -> np.ndarray:
         rng = self.host.rng
         z = mean + rng.standard_normal((4 * n, len(mean))) * sd
+        for idx, cov in self.blocks:
+            # the block's joint Laplace spread (its correlations keep the predictions of what
+            # was measured tight), no wider than the prior in any direction
+            values, vectors = np.linalg.eigh((cov + cov.T) / 2)
+            values = np.clip(values, 0.0, float(np.max(self.prior_sd[idx]) ** 2))
+            draws = rng.standard_normal((4 * n, len(idx))) * np.sqrt(values)
+            z[:, idx] = mean[idx] + draws @ vectors.T
         z[0] = mean
         return np.asarray(z)
 
@@ -352,6 +362,17 @@ def auto_base_of(layout: Layout, config: ServerConfig, fraction: float) -> float
     if total_mib > 60 * 1024 and reserved <= 10 * 1024 + 0.0006 * total_mib:
         return None
     return reserved - others
+
+
+def rate_names(layout: Layout, config: ServerConfig) -> list[str]:
+    """The coefficients the serving rate of ``config`` depends on."""
+    names = [n for n in STEP_NAMES_BASE if n in layout.names]
+    if layout.tp > 1:
+        mode = effective_mode(layout, config.allreduce)
+        names += [f"ar_alpha:{mode}", f"ar_beta:{mode}"]
+    if config.speculative:
+        names += [n for n in ACCEPTANCE_NAMES if n in layout.names]
+    return names
 
 
 def values_of(layout: Layout, z: np.ndarray) -> dict[str, np.ndarray]:

@@ -21,7 +21,7 @@ from autotune._workload import WorkloadSpec
 from autotune.sim import Profile, SimModel
 from autotune.space import METRICS, SearchSpace
 from autotune.twin._facts import BoxFacts
-from autotune.twin._fit import Fitter
+from autotune.twin._fit import Fitter, rate_names, values_of
 from autotune.twin._prediction import TwinPrediction, crash_kinds
 from autotune.twin._prior import Layout, build_layout
 from autotune.twin._proxy import (
@@ -241,19 +241,28 @@ class Twin:
         v: Mapping[str, np.ndarray],
         c0: Mapping[str, np.ndarray],
     ) -> np.ndarray:
+        """Every particle's figure: the centre's exact answer, moved by the particle's
+        coefficients through the rate's slope at the centre (the Laplace approximation the fit
+        makes: log-linear in the coefficients near the centre)."""
+        del v, c0
         load = LoadShape.of(workload, max_running_of(self.layout, config))
         exact = self.centre_value(config, workload, load)
         if exact is None:
             return np.full(len(self.z), np.nan)
-        acc, acc0 = None, None
+        names = rate_names(self.layout, config)
+        idx = [self.layout.index(n) for n in names]
+        z0 = self.centre_z()
+        h = 1e-3
+        rows = np.tile(z0, (len(idx) + 1, 1))
+        rows[np.arange(1, len(idx) + 1), idx] += h
+        acc = None
         if config.speculative:
-            acc0_f, slope = self.accept_linear(config)
-            dz = self.z[:, self._acc_idx] - self.centre_z()[self._acc_idx]
-            acc = np.clip(acc0_f + dz @ slope, 1.0, None)
-            acc0 = np.array([acc0_f])
-        rate = self.proxy.rate(v, config, load, acc)
-        rate0 = self.proxy.rate(c0, config, load, acc0)
-        ratio = rate / rate0
+            acc0, slope = self.accept_linear(config)
+            acc = np.clip(acc0 + (rows[:, self._acc_idx] - z0[self._acc_idx]) @ slope, 1.0, None)
+        rates = np.log(self.proxy.rate(values_of(self.layout, rows), config, load, acc))
+        grad = (rates[1:] - rates[0]) / h
+        log_ratio = (self.z[:, idx] - z0[idx]) @ grad
+        ratio = np.exp(log_ratio)
         return np.asarray(exact / ratio if self.minimize else exact * ratio)
 
     # --- the centre's exact answers --------------------------------------------------------
