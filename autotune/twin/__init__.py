@@ -13,6 +13,7 @@ from autotune.twin._facts import BoxFacts
 from autotune.twin._gpus import GPU_TABLE, GpuSpec, gpu_spec
 from autotune.twin._prediction import TwinPrediction
 from autotune.twin._prior import ERROR_GROUPS, Coefficient
+from autotune.twin._truth import truth_values
 from autotune.twin._twin import PARTICLES, TrialFacts, Twin
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "Twin",
     "TwinPrediction",
     "gpu_spec",
+    "truth_values",
 ]

@@ -9,8 +9,13 @@ spread, fitted to the trials afterwards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any
 
+import yaml
+
+from autotune._errors import ConfigError
 from autotune.sim import Profile
 
 
@@ -101,3 +106,58 @@ class BoxFacts:
             draft_algorithm=alg,
             draft_architecture="LlamaForCausalLMEagle3" if draft is None else draft.architecture,
         )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> BoxFacts:
+        """The facts a YAML file gives, one key per field (``gpu_name``, ``gpu_count``, ...).
+
+        Raises:
+            ConfigError: an unreadable file, a missing or unknown key, a value of the wrong
+                type (the message names the file and the key).
+        """
+        source = Path(path)
+        try:
+            raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError(f"cannot read the facts file: {e.strerror}", source=source) from e
+        except yaml.YAMLError as e:
+            raise ConfigError(f"the facts file is not valid YAML: {e}", source=source) from e
+        if not isinstance(raw, dict):
+            raise ConfigError("a facts file is a mapping of facts", source=source)
+        known = {f.name: f for f in fields(cls)}
+        for key in raw:
+            if key not in known:
+                raise ConfigError(
+                    f"unknown fact {key!r}",
+                    source=source,
+                    location=str(key),
+                    hint="facts: " + ", ".join(known),
+                )
+        values: dict[str, Any] = {}
+        for name, f in known.items():
+            if name not in raw:
+                if f.default is MISSING:
+                    raise ConfigError("missing fact", source=source, location=name)
+                continue
+            value = raw[name]
+            kind = str(f.type)
+            ok = (
+                (kind.startswith("str") and isinstance(value, str))
+                or (
+                    kind.startswith("int")
+                    and isinstance(value, int)
+                    and not isinstance(value, bool)
+                )
+                or (
+                    kind.startswith("float")
+                    and isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                )
+                or (kind.startswith("bool") and isinstance(value, bool))
+                or (value is None and "None" in kind)
+                or (kind.startswith("tuple") and isinstance(value, list) and len(value) == 2)
+            )
+            if not ok:
+                raise ConfigError(f"expected {kind}, got {value!r}", source=source, location=name)
+            values[name] = tuple(value) if isinstance(value, list) else value
+        return cls(**values)

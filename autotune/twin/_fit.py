@@ -397,7 +397,7 @@ def linear_update(
     idx = [layout.index(k) for k in names]
     coefs = [layout.coefficients[i] for i in idx]
     z0 = mean[idx].copy()
-    for _ in range(6):
+    for _ in range(40):
         x0 = np.array([c.from_z(float(z)) for c, z in zip(coefs, z0, strict=True)])
         # d value / d z: 1 for linear, value for log scale
         dx = np.array([1.0 if c.linear else x for c, x in zip(coefs, x0, strict=True)])
@@ -409,9 +409,9 @@ def linear_update(
         prior_prec = 1.0 / sd[idx] ** 2
         h = a.T @ a / noise**2 + np.diag(prior_prec)
         g = a.T @ resid / noise**2 - prior_prec * (z0 - prior_mu)
-        step = np.linalg.solve(h, g)
+        step = np.clip(np.linalg.solve(h, g), -0.5, 0.5)
         z0 = z0 + step
-        if np.max(np.abs(step)) < 1e-6:
+        if np.max(np.abs(step)) < 1e-7:
             break
     cov = np.linalg.inv(h)
     for k, i in enumerate(idx):

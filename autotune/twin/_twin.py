@@ -197,9 +197,14 @@ class Twin:
     def observe(self, config: ServerConfig, record: TrialFacts) -> None:
         """Condition the belief on one trial of ``config`` (what it measured; see
         :class:`~autotune.twin._fit.Fitter`)."""
-        self.observations.append((config, record))
-        self.fitter.update()
-        self.changed()
+        self.observe_many([(config, record)])
+
+    def observe_many(self, trials: Sequence[tuple[ServerConfig, TrialFacts]]) -> None:
+        """Condition the belief on several trials at once (one refit: a stored study)."""
+        self.observations.extend(trials)
+        if trials:
+            self.fitter.update()
+            self.changed()
 
     # --- prediction ------------------------------------------------------------------------
     def predict(self, configs: Sequence[ServerConfig]) -> TwinPrediction:
