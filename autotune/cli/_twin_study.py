@@ -248,6 +248,22 @@ def _coefficients(
     return [(name, before[name], after[name], true.get(name)) for name in names]
 
 
+def run_oracle_study(
+    space_path: str, folder: Path, *, trials: int, seed: int = 0, profile: str | None = None
+) -> str:
+    """A study of the tuner's loop on the simulator's model (memory lines included), stored
+    in ``folder/check.db``; its SQLAlchemy URL (the study is named ``twin-check-SEED``)."""
+    from autotune.engines import create_engine
+    from autotune.searchbench._benchmark import prepare
+    from autotune.searchbench._oracle import Oracle
+
+    space, truth = prepare(space_path, profile)
+    engine = create_engine(space.engine)
+    name = f"twin-check-{seed}"
+    _run_study(space, engine, Oracle.for_space(truth, space), name, seed, trials, folder)
+    return f"sqlite:///{folder / 'check.db'}"
+
+
 def _run_study(
     space: SearchSpace,
     engine: Any,

@@ -103,8 +103,8 @@ class Fitter:
         host.set_particles(np.tile(mean, (len(host.z), 1)))
         self._step_time(obs, layout, mean, sd)
         z = self._draw(mean, sd, len(host.z))
-        z = self._cut(obs, layout, z)
-        host.set_particles(z)
+        z, centre = self._cut(obs, layout, z, sd)
+        host.set_particles(z, centre=centre)
         del names
 
     # --- discrete: which all-reduce modes fail ---------------------------------------------
@@ -327,10 +327,16 @@ class Fitter:
         return np.asarray(z)
 
     def _cut(
-        self, obs: Sequence[tuple[ServerConfig, Any]], layout: Layout, z: np.ndarray
-    ) -> np.ndarray:
+        self,
+        obs: Sequence[tuple[ServerConfig, Any]],
+        layout: Layout,
+        z: np.ndarray,
+        sd: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The particles that agree with every observed start and memory crash (the ``n`` that
-        contradict fewest, where fewer than ``n`` agree with all)."""
+        contradict fewest, where fewer than ``n`` agree with all), and the point estimate: the
+        fit's mean (``z[0]``), or where it contradicts more than the best, the agreeing particle
+        nearest to it."""
         from autotune.twin._prediction import crash_kinds
 
         n = len(z) // 4
@@ -347,7 +353,13 @@ class Fitter:
             else:
                 wrong += kinds != outcome
         order = np.argsort(wrong, kind="stable")
-        return np.asarray(z[order[:n]])
+        kept = z[order[:n]]
+        centre = z[0]
+        if wrong[0] > wrong.min():
+            best = z[wrong == wrong.min()]
+            distance = (((best - z[0]) / sd) ** 2).sum(axis=1)
+            centre = best[int(np.argmin(distance))]
+        return np.asarray(kept), np.asarray(centre)
 
 
 def auto_base_of(layout: Layout, config: ServerConfig, fraction: float) -> float | None:

@@ -84,6 +84,7 @@ class Twin:
         self._accept_cache: dict[Any, tuple[float, np.ndarray]] = {}
         self._model: SimModel | None = None
         self._c0_cache: dict[str, np.ndarray] | None = None
+        self._centre: np.ndarray | None = None
         self.fitter = Fitter(self)
 
     # --- construction ----------------------------------------------------------------------
@@ -128,6 +129,10 @@ class Twin:
         return out
 
     def centre_z(self) -> np.ndarray:
+        """The point estimate on the fitting scale: the fit's mean (the particles' weighted
+        mean before any fit)."""
+        if self._centre is not None:
+            return self._centre
         return np.asarray(self.weights @ self.z)
 
     def centre_values(self) -> dict[str, float]:
@@ -135,8 +140,7 @@ class Twin:
         return {c.name: c.from_z(float(z0[i])) for i, c in enumerate(self.layout.coefficients)}
 
     def profile(self) -> Profile:
-        """The posterior's point estimate (the weighted mean of the particles' coefficients, on
-        their fitting scale) as a simulator profile."""
+        """The posterior's point estimate (:meth:`centre_z`) as a simulator profile."""
         return self.layout.profile(self.centre_values(), name="twin")
 
     def to_yaml(self) -> str:
@@ -152,10 +156,11 @@ class Twin:
             self.proxy = Proxy(layout)
             self.changed()
 
-    def set_particles(self, z: np.ndarray) -> None:
-        """Replace the particles (equal weights)."""
+    def set_particles(self, z: np.ndarray, *, centre: np.ndarray | None = None) -> None:
+        """Replace the particles (equal weights) and the point estimate (None: their mean)."""
         self.z = np.asarray(z, dtype=float)
         self.weights = np.full(len(self.z), 1.0 / len(self.z))
+        self._centre = None if centre is None else np.asarray(centre, dtype=float)
         self.changed()
 
     def labelled_points(self) -> list[tuple[str | None, WorkloadSpec]]:
