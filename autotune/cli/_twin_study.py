@@ -154,7 +154,8 @@ class CheckResult:
             f"twin.predict: {self.predict_ms:.2f} ms per configuration (300 candidates, "
             f"{self.observe_ms:.0f} ms per observe at the end)",
             "",
-            f"{'coefficient':<28} {'prior':>10} {'fitted':>10} {'truth':>10}",
+            f"{'coefficient':<28} {'prior':>10} {'fitted':>10} {'truth':>10}"
+            "   (a mode's ar_alpha / ar_beta: its cost over the interconnect's template)",
         ]
         for name, before, after, truth in self.coefficients:
             t = "" if truth is None else f"{truth:10.4g}"
@@ -245,6 +246,13 @@ def _coefficients(
     after = twin.centre_values()
     true = truth_values(twin, truth)
     names = [n for n in after if twin.layout.tp > 1 or not n.startswith("ar_")]
+    for values in (before, after):
+        # a mode's all-reduce cost is the interconnect-wide factor times the mode's own
+        for name in names:
+            kind, _, mode = name.partition(":")
+            if mode and kind in ("ar_alpha", "ar_beta"):
+                values[name] = values[name] * values[kind]
+    names = [n for n in names if n not in ("ar_alpha", "ar_beta")]
     return [(name, before[name], after[name], true.get(name)) for name in names]
 
 

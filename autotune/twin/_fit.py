@@ -270,6 +270,8 @@ class Fitter:
             return
         names = [n for n in STEP_NAMES_BASE if n in layout.names]
         modes = {effective_mode(layout, c.allreduce) for c, *_ in data if layout.tp > 1}
+        if modes:
+            names += ["ar_alpha", "ar_beta"]
         for mode in sorted(modes):
             names += [f"ar_alpha:{mode}", f"ar_beta:{mode}"]
         idx = [layout.index(n) for n in names]
@@ -381,7 +383,7 @@ def rate_names(layout: Layout, config: ServerConfig) -> list[str]:
     names = [n for n in STEP_NAMES_BASE if n in layout.names]
     if layout.tp > 1:
         mode = effective_mode(layout, config.allreduce)
-        names += [f"ar_alpha:{mode}", f"ar_beta:{mode}"]
+        names += ["ar_alpha", "ar_beta", f"ar_alpha:{mode}", f"ar_beta:{mode}"]
     if config.speculative:
         names += [n for n in ACCEPTANCE_NAMES if n in layout.names]
     return names

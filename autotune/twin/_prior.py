@@ -46,7 +46,7 @@ ERROR_GROUPS: Mapping[str, tuple[str, ...]] = {
     "bandwidth": ("mem_efficiency",),
     "compute": ("compute_efficiency",),
     "acceptance": ("acc_p1", "acc_floor"),
-    "allreduce": ("ar_alpha:", "ar_beta:"),
+    "allreduce": ("ar_alpha", "ar_beta"),
     "overhead": ("step_overhead_ms", "spec_cycle_overhead_ms", "draft_step_overhead_ms"),
     "memory": ("activation_gib", "graph_base_gib", "graph_gib_per_token"),
     "startup": ("startup_scale", "capture_per_size_s"),
@@ -138,7 +138,8 @@ class Layout:
                 target, why = self.fallbacks[mode]
                 modes[mode] = AllReduceMode(falls_back_to=target, why=why)
                 continue
-            a, b = v[f"ar_alpha:{mode}"], v[f"ar_beta:{mode}"]
+            a = v["ar_alpha"] * v[f"ar_alpha:{mode}"]
+            b = v["ar_beta"] * v[f"ar_beta:{mode}"]
             protocols = tuple(
                 Protocol(alpha * a, beta * b, max_kib=hi, min_kib=lo)
                 for alpha, beta, lo, hi in self.protocols[mode]
@@ -457,12 +458,33 @@ def build_layout(facts: BoxFacts, tp: int, workloads: Sequence[WorkloadSpec]) ->
             ),
             Coefficient("acc_rank_ratio", 0.45, 0.20, 0.05, 0.9, what="decay over ranks"),
         ]
+    if protocols:
+        coefs.append(
+            Coefficient(
+                "ar_alpha",
+                1.0,
+                0.4,
+                0.05,
+                20.0,
+                what="all-reduce latency of every mode, over the interconnect's",
+            )
+        )
+        coefs.append(
+            Coefficient(
+                "ar_beta",
+                1.0,
+                0.4,
+                0.05,
+                20.0,
+                what="all-reduce cost per KiB of every mode, over the interconnect's",
+            )
+        )
     for mode in protocols:
         coefs.append(
             Coefficient(
                 f"ar_alpha:{mode}",
                 1.0,
-                0.4,
+                0.3,
                 0.05,
                 20.0,
                 what=f"{mode} all-reduce latency, over the interconnect's",
@@ -472,7 +494,7 @@ def build_layout(facts: BoxFacts, tp: int, workloads: Sequence[WorkloadSpec]) ->
             Coefficient(
                 f"ar_beta:{mode}",
                 1.0,
-                0.4,
+                0.3,
                 0.05,
                 20.0,
                 what=f"{mode} all-reduce cost per KiB, over the interconnect's",

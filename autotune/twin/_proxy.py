@@ -110,7 +110,8 @@ class Proxy:
         mode = effective_mode(self.layout, mode)
         protos = self.layout.protocols[mode]
         kib = tokens * self.layout.facts.hidden * 2 / 1024
-        a, b = v[f"ar_alpha:{mode}"], v[f"ar_beta:{mode}"]
+        a = v["ar_alpha"] * v[f"ar_alpha:{mode}"]
+        b = v["ar_beta"] * v[f"ar_beta:{mode}"]
         fits = [
             p for p in protos if (p[3] is None or kib <= p[3]) and (p[2] is None or kib >= p[2])
         ] or list(protos)
