@@ -51,6 +51,9 @@ class BoxFacts:
     shared_experts: int = 0
     moe_layers: int | None = None
     expert_gib: float | None = None
+    #: Rows of the fused-MoE kernel's token block (the engine's kernel config; None: one read
+    #: of an expert per forward whatever its load).
+    moe_block_tokens: int | None = None
     draft_algorithm: str = "EAGLE3"
     draft_architecture: str = "LlamaForCausalLMEagle3"
 
@@ -103,6 +106,7 @@ class BoxFacts:
             shared_experts=0 if moe is None else moe.shared_experts,
             moe_layers=None if moe is None else moe.moe_layers,
             expert_gib=None if moe is None else moe.expert_gib,
+            moe_block_tokens=None if moe is None else moe.block_tokens,
             draft_algorithm=alg,
             draft_architecture="LlamaForCausalLMEagle3" if draft is None else draft.architecture,
         )

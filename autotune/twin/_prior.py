@@ -180,6 +180,7 @@ class Layout:
                 expert_gib=f.expert_gib,
                 moe_layers=f.moe_layers,
                 routing_locality=v.get("routing_locality", 1.0),
+                block_tokens=f.moe_block_tokens,
             )
         model = Model(
             name=f.model_name,
@@ -301,7 +302,7 @@ def build_layout(facts: BoxFacts, tp: int, workloads: Sequence[WorkloadSpec]) ->
         Coefficient(
             "dense_scale",
             1.0,
-            0.08,
+            0.08 if not facts.moe else 0.2,
             0.5,
             1.5,
             what="weights read every pass, over the config's estimate",
@@ -396,9 +397,9 @@ def build_layout(facts: BoxFacts, tp: int, workloads: Sequence[WorkloadSpec]) ->
         coefs.append(
             Coefficient(
                 "routing_locality",
-                0.9,
-                0.05,
-                0.5,
+                0.8,
+                0.15,
+                0.3,
                 1.0,
                 linear=True,
                 what="routing locality of consecutive tokens",
@@ -537,7 +538,7 @@ def _dense_gib(f: BoxFacts) -> float:
     bytes_per = weights * _GIB / max(1e-9, f.model_params_b * 1e9)
     if f.moe:
         assert f.routed_experts and f.expert_gib and f.moe_layers
-        return max(0.05 * weights, weights - f.routed_experts * f.expert_gib * f.moe_layers)
+        return max(0.01 * weights, weights - f.routed_experts * f.expert_gib * f.moe_layers)
     embedding = f.vocab_size * f.hidden * bytes_per / _GIB
     return max(0.5 * weights, weights - embedding)
 

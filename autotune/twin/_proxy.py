@@ -125,8 +125,16 @@ class Proxy:
         assert f.routed_experts and f.experts_per_token and f.expert_gib and f.moe_layers
         eff = tokens ** v["routing_locality"]
         frac = f.experts_per_token / f.routed_experts
-        distinct = f.routed_experts * (1.0 - (1.0 - frac) ** eff) + f.shared_experts
-        return distinct * f.expert_gib * f.moe_layers / self.tp
+        distinct = f.routed_experts * (1.0 - (1.0 - frac) ** eff)
+        block = f.moe_block_tokens
+        if block is not None:
+            # each block of an expert's tokens streams its weights again (autotune.sim._timing)
+            per_expert = tokens * f.experts_per_token / np.maximum(distinct, 1e-12)
+            reads = distinct * np.maximum(1.0, per_expert / block)
+            reads = reads + f.shared_experts * max(1.0, tokens / block)
+        else:
+            reads = distinct + f.shared_experts
+        return reads * f.expert_gib * f.moe_layers / self.tp
 
     @staticmethod
     def roof(memory: np.ndarray, compute: np.ndarray) -> np.ndarray:
