@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from autotune._errors import AutotuneError
-from autotune.cli import _bench, _logs, _sim, _space, _study
+from autotune.cli import _bench, _logs, _sim, _space, _study, _twin
 
 app = typer.Typer(
     name="autotune",
@@ -23,6 +23,7 @@ app.add_typer(_space.app, name="space")
 app.add_typer(_sim.app, name="sim")
 app.add_typer(_bench.app, name="bench")
 app.add_typer(_logs.app, name="logs")
+app.add_typer(_twin.app, name="twin")
 _study.register_root_commands(app)
 
 

@@ -1,0 +1,331 @@
+"""The twin of a stored study, and the check of a fitted twin against the simulator's truth.
+
+:func:`twin_of_study` reads a study's space and trials (each trial's configuration, outcome,
+figures and memory lines) and fits a twin to them, in trial order; the box's facts come from the
+simulator profile of a study on the simulator, or from a facts file. :func:`check_twin` runs a
+study on the simulator's model through the tuner's own loop (the search benchmark's oracle, with
+the memory lines the simulated server prints), fits the twin to the stored study as
+``autotune twin export`` does, and compares the exported profile's predictions at random
+feasible configurations with the true profile's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune._errors import ConfigError
+from autotune._knobs import ServerConfig
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.space import SearchSpace
+    from autotune.twin import BoxFacts, Twin
+
+#: What ``autotune twin check`` makes the prior's centre wrong by (the search benchmark's).
+DEFAULT_ERRORS = {"bandwidth": 0.85, "acceptance": 0.9, "allreduce": 1.5}
+
+
+def parse_errors(text: str | None) -> dict[str, float]:
+    """``bandwidth=0.85,acceptance=0.9`` as a mapping; ``none`` or empty: no errors."""
+    from autotune.twin import ERROR_GROUPS
+
+    if text is None:
+        return dict(DEFAULT_ERRORS)
+    if text.strip().lower() in ("", "none"):
+        return {}
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        name = name.strip()
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = -1.0
+        if name not in ERROR_GROUPS or factor <= 0:
+            raise ConfigError(
+                f"--twin-errors: {part.strip()!r} is not GROUP=FACTOR",
+                hint="groups: " + ", ".join(ERROR_GROUPS) + "; e.g. bandwidth=0.85,allreduce=1.5",
+            )
+        out[name] = factor
+    return out
+
+
+def facts_of(space: SearchSpace, facts_file: str | None) -> BoxFacts:
+    """The box's facts: from a facts file, or from the simulator profile of a study on the
+    simulator."""
+    from autotune.sim import load_profile
+    from autotune.twin import BoxFacts
+
+    if facts_file is not None:
+        return BoxFacts.from_file(facts_file)
+    if space.engine.kind != "sim":
+        raise ConfigError(
+            f"the twin needs the facts of the box the study ran on (engine {space.engine.kind})",
+            hint="give them with --facts FILE (GPU name, memory, count, interconnect, the "
+            "model's config: see docs of autotune twin export)",
+        )
+    return BoxFacts.from_profile(load_profile(space.engine.sim.profile))
+
+
+class _Observed:
+    """One stored trial as the twin reads it."""
+
+    def __init__(self, attrs: Mapping[str, Any], record: Any) -> None:
+        self.outcome = record.outcome
+        self.metrics = record.metrics
+        self.loads = record.loads
+        self.startup_s = record.startup_s
+        memory = attrs.get("memory")
+        self.extra = {"memory": memory} if isinstance(memory, Mapping) else {}
+
+
+def twin_of_study(
+    study: optuna.Study,
+    *,
+    facts_file: str | None = None,
+    facts: BoxFacts | None = None,
+    errors: Mapping[str, float] | None = None,
+    seed: int = 0,
+) -> Twin:
+    """A twin fitted to every finished, launched trial of ``study``, in trial order (the box's
+    ``facts``, else those of :func:`facts_of`)."""
+    from optuna.trial import TrialState
+
+    from autotune.study import TrialRecord
+    from autotune.study._setup import load_study_space
+    from autotune.twin import Twin
+
+    space = load_study_space(study, None)
+    box = facts or facts_of(space, facts_file)
+    twin = Twin.prior(box, space, seed=seed, errors=errors)
+    states = (TrialState.COMPLETE, TrialState.PRUNED)
+    seen = []
+    for trial in study.get_trials(deepcopy=False, states=states):
+        record = TrialRecord.from_trial(trial)
+        if record.outcome.value in ("infeasible", "unknown", "surplus", "interrupted"):
+            continue
+        config = _config_of(space, record, trial.params)
+        seen.append((config, _Observed(trial.user_attrs, record)))
+    twin.observe_many(seen)
+    return twin
+
+
+def _config_of(space: SearchSpace, record: Any, params: Mapping[str, Any]) -> ServerConfig:
+    if record.role == "baseline":
+        return space.baseline_config()
+    if record.config is not None:
+        return ServerConfig.from_params({**record.config, "tp_size": space.engine.tp_size})
+    return space.config_for(params)
+
+
+# --- the check -----------------------------------------------------------------------------
+@dataclass
+class CheckResult:
+    """What ``autotune twin check`` found."""
+
+    profile: str
+    trials: int
+    measured: int
+    errors: list[float]
+    prior_errors: list[float]
+    coefficients: list[tuple[str, float, float, float | None]] = field(default_factory=list)
+    predict_ms: float = 0.0
+    observe_ms: float = 0.0
+
+    def lines(self) -> list[str]:
+        import numpy as np
+
+        def dist(values: list[float]) -> str:
+            e = np.abs(np.array(values))
+            return f"median {np.median(e):.1%}, p90 {np.quantile(e, 0.9):.1%}, max {e.max():.1%}"
+
+        out = [
+            f"profile {self.profile}: a study of {self.trials} trials ({self.measured} measured)",
+            f"prior's predictions at {len(self.errors)} random feasible configurations, "
+            f"against the true profile's: {dist(self.prior_errors)}",
+            f"exported twin's predictions there: {dist(self.errors)}",
+            f"twin.predict: {self.predict_ms:.2f} ms per configuration (300 candidates, "
+            f"{self.observe_ms:.0f} ms per observe at the end)",
+            "",
+            f"{'coefficient':<28} {'prior':>10} {'fitted':>10} {'truth':>10}"
+            "   (a mode's ar_alpha / ar_beta: its cost over the interconnect's template)",
+        ]
+        for name, before, after, truth in self.coefficients:
+            t = "" if truth is None else f"{truth:10.4g}"
+            out.append(f"{name:<28} {before:10.4g} {after:10.4g} {t:>10}")
+        return out
+
+
+def check_twin(
+    space_path: str,
+    *,
+    profile: str | None = None,
+    trials: int = 30,
+    seed: int = 0,
+    configs: int = 20,
+    errors: Mapping[str, float] | None = None,
+) -> CheckResult:
+    """Run a study on the simulator, export its twin, compare with the truth (module doc)."""
+    import time
+
+    from autotune.engines import create_engine
+    from autotune.searchbench._benchmark import prepare
+    from autotune.searchbench._oracle import Oracle
+    from autotune.twin import BoxFacts, Twin
+
+    space, truth = prepare(space_path, profile)
+    engine = create_engine(space.engine)
+    oracle = Oracle.for_space(truth, space)
+    with tempfile.TemporaryDirectory(prefix="autotune-twin-check-") as tmp:
+        folder = Path(tmp)
+        name = f"twin-check-{seed}"
+        study = _run_study(space, engine, oracle, name, seed, trials, folder)
+        start = time.perf_counter()
+        facts = BoxFacts.from_profile(truth.profile)
+        twin = twin_of_study(study, facts=facts, errors=errors, seed=seed)
+        fit_s = time.perf_counter() - start
+    prior = Twin.prior(facts, space, seed=seed, errors=errors)
+    truth_profile = truth.profile
+    fitted = twin.profile()
+    from autotune.sim import SimModel
+
+    twin_model, prior_model = SimModel(fitted), SimModel(prior.profile())
+    rng = random.Random(f"{seed}:check")
+    chosen: list[ServerConfig] = []
+    for params in space.sample(2000, seed=rng.randrange(1 << 30)):
+        config = space.config_for(params)
+        if oracle.feasible(config):
+            chosen.append(config)
+        if len(chosen) >= configs:
+            break
+    errs, prior_errs = [], []
+    for config in chosen:
+        true = oracle.answer(config).value
+        assert true is not None
+        errs.append(_value(twin_model, space, config) / true - 1.0)
+        prior_errs.append(_value(prior_model, space, config) / true - 1.0)
+    cands = [space.config_for(p) for p in space.sample(300, seed=seed + 1)]
+    start = time.perf_counter()
+    twin.predict(cands)
+    predict_ms = (time.perf_counter() - start) * 1000 / len(cands)
+    measured = sum(1 for _, r in twin.observations if str(r.outcome) == "ok")
+    result = CheckResult(
+        profile=truth_profile.name,
+        trials=len(twin.observations),
+        measured=measured,
+        errors=errs,
+        prior_errors=prior_errs,
+        predict_ms=predict_ms,
+        observe_ms=fit_s * 1000 / max(1, len(twin.observations)),
+    )
+    result.coefficients = _coefficients(prior, twin, truth_profile)
+    return result
+
+
+def _value(model: Any, space: SearchSpace, config: ServerConfig) -> float:
+    """The objective ``model`` gives ``config`` over the space's load points (0: a crash)."""
+    from autotune.searchbench._oracle import Oracle
+
+    value = Oracle.for_space(model, space).answer(config).value
+    return 0.0 if value is None else float(value)
+
+
+def _coefficients(
+    prior: Twin, twin: Twin, truth: Any
+) -> list[tuple[str, float, float, float | None]]:
+    from autotune.twin import truth_values
+
+    before = {c.name: c.centre for c in prior.layout.coefficients}
+    after = twin.centre_values()
+    true = truth_values(twin, truth)
+    names = [n for n in after if twin.layout.tp > 1 or not n.startswith("ar_")]
+    for values in (before, after):
+        # a mode's all-reduce cost is the interconnect-wide factor times the mode's own
+        for name in names:
+            kind, _, mode = name.partition(":")
+            if mode and kind in ("ar_alpha", "ar_beta"):
+                values[name] = values[name] * values[kind]
+    names = [n for n in names if n not in ("ar_alpha", "ar_beta")]
+    return [(name, before[name], after[name], true.get(name)) for name in names]
+
+
+def run_oracle_study(
+    space_path: str, folder: Path, *, trials: int, seed: int = 0, profile: str | None = None
+) -> str:
+    """A study of the tuner's loop on the simulator's model (memory lines included), stored
+    in ``folder/check.db``; its SQLAlchemy URL (the study is named ``twin-check-SEED``)."""
+    from autotune.engines import create_engine
+    from autotune.searchbench._benchmark import prepare
+    from autotune.searchbench._oracle import Oracle
+
+    space, truth = prepare(space_path, profile)
+    engine = create_engine(space.engine)
+    name = f"twin-check-{seed}"
+    _run_study(space, engine, Oracle.for_space(truth, space), name, seed, trials, folder)
+    return f"sqlite:///{folder / 'check.db'}"
+
+
+def _run_study(
+    space: SearchSpace,
+    engine: Any,
+    oracle: Any,
+    name: str,
+    seed: int,
+    trials: int,
+    folder: Path,
+) -> optuna.Study:
+    """A study of ``trials`` trials by the tuner's loop, answered by the oracle, its trials
+    carrying the memory lines the simulated server prints, in a SQLite file under
+    ``folder``."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    from autotune.searchbench._oracle import OracleEvaluator
+    from autotune.study._runner import StudyRunner
+    from autotune.study._setup import StudyOptions, finish_setup, set_target
+    from autotune.study._space_record import store_space
+    from autotune.study._storage import StudyPaths
+
+    options = StudyOptions(study_name=name, seed=seed, n_trials=trials, progress=False)
+    options = dataclasses.replace(options, confirm=False)
+    url = f"sqlite:///{folder / 'check.db'}"
+    study = optuna.create_study(
+        study_name=name,
+        storage=url,
+        directions=[optuna.study.StudyDirection[d.upper()] for d in space.objective.directions],
+    )
+    store_space(study, space, None)
+    finish_setup(study, space, engine, options)
+    target = set_target(study, trials)
+    paths = StudyPaths(name, url, folder / f"{name}-artifacts", folder / f"{name}-logs")
+    evaluator = _with_memory(OracleEvaluator(oracle, seed=seed), engine)
+    StudyRunner(study, space, engine, paths, options, target, evaluator=evaluator, quiet=True).run()
+    return optuna.load_study(study_name=name, storage=url)
+
+
+def _with_memory(inner: Any, engine: Any) -> Any:
+    """The oracle's trials with the memory lines a start of the simulated server prints, read
+    by the engine as a real study reads them from the server log."""
+    from autotune.study._evaluate import TrialEvaluator
+
+    class WithMemory(TrialEvaluator):
+        def evaluate(self, config: ServerConfig, context: Any) -> Any:
+            record = inner.evaluate(config, context)
+            plan = inner.oracle.model.plan_startup(config)
+            lines = [line for phase in plan.phases for line in phase.lines]
+            reading = engine.read_memory(lines, config)
+            if reading is not None:
+                record.extra["memory"] = reading.to_dict()
+            return record
+
+        def gpu_seconds(self, record: Any, wall_s: float, gpus: int) -> float:
+            return float(inner.gpu_seconds(record, wall_s, gpus))
+
+    return WithMemory()
