@@ -252,11 +252,13 @@ def _schedule(
         return Schedule(
             reason="no speculative configuration wins at any load: launch without speculation",
             follows=follows,
+            substitutes=substitutes,
         )
     if len({chosen[k][0] for k in chosen}) == 1:
         return Schedule(
             reason=f"trial {chosen[speculative[0]][0]} wins at every load: launch it as it is",
             follows=follows,
+            substitutes=substitutes,
         )
     heaviest = max(speculative, key=lambda k: weights[k])
     plan = planner(choices, dict(chosen[heaviest][3].config or {}))
