@@ -11,8 +11,9 @@ the figure at each (:attr:`TrialRecord.loads`). From them:
 * the load at which the best speculative configuration falls below the baseline (speculation
   stops paying there), or that it never does;
 * where the engine can run a per-load choice as one server (SGLang's adaptive speculation), the
-  launch that follows the winners; where a winner cannot be part of it, the best trial at that
-  load that can; otherwise why the release cannot express it.
+  launch that follows the winners; where a winner cannot be part of it, the best at that load
+  that can (in a confirmed study, by the confirmation's figures there, the baseline among
+  them); otherwise why the release cannot express it.
 """
 
 from __future__ import annotations
@@ -100,11 +101,13 @@ def build_load_report(
     refusal: Refusal | None = None,
     planner: Planner | None = None,
     confirmed: Mapping[str, int | None] | None = None,
+    confirmed_ratios: Mapping[str, Mapping[int | None, float]] | None = None,
 ) -> LoadReport:
     """The load report of a study's load ``points`` (``label``, ``weight``, ``concurrency``,
     ``request_rate``) from its finished trials; ``refusal`` and ``planner`` come from the
     engine (None: no launch is proposed); ``confirmed``: the confirmation's winner at each load
-    point, by label (a trial number; None: the baseline)."""
+    point, by label (a trial number; None: the baseline); ``confirmed_ratios``: at each load
+    point, the confirmed ratio to the baseline of each candidate (None: the baseline, 1)."""
     ordered = sorted(points, key=_load_order)
     measured = [e for e in entries if e[3].measured and e[4] and e[3].loads]
     baseline = next((e for e in measured if e[1] == "baseline"), None)
@@ -181,7 +184,9 @@ def build_load_report(
         )
     schedule = None
     if refusal is not None and planner is not None and winners:
-        schedule = _schedule(ordered, winners, measured, best_at, refusal, planner)
+        schedule = _schedule(
+            ordered, winners, measured, best_at, refusal, planner, confirmed_ratios or {}
+        )
     return LoadReport(
         metric,
         tuple(dict(p) for p in ordered),
@@ -200,8 +205,10 @@ def _schedule(
     best_at: Callable[[str, Sequence[Entry]], Entry | None],
     refusal: Refusal,
     planner: Planner,
+    ratios: Mapping[str, Mapping[int | None, float]],
 ) -> Schedule:
-    """The per-load launch: each concurrency's winner, or the best trial there it can run."""
+    """The per-load launch: each concurrency's winner, or the best there it can run (by the
+    confirmed ``ratios`` at that point where they name one, else by the search's figures)."""
     rates = [str(p["label"]) for p in points if p.get("request_rate") is not None]
     if rates:
         return Schedule(
@@ -225,14 +232,17 @@ def _schedule(
         pick = winner
         why = refusal(knobs(winner))
         if why is not None:
-            found = best_at(label, fits)
+            found, share, how = _confirmed_fit(label, winner, measured, fits, ratios)
             if found is None:
-                return Schedule(reason=f"the winner at {label} (trial {winner[0]}): {why}")
+                found = best_at(label, fits)
+                if found is None:
+                    return Schedule(reason=f"the winner at {label} (trial {winner[0]}): {why}")
+                share = (found[3].at_load(label) or 0.0) / by_label[label].value
+                how = "of its figure"
             pick = found
-            share = (found[3].at_load(label) or 0.0) / by_label[label].value
             substitutes[label] = (
                 f"the winner, trial {winner[0]}, cannot be followed ({why}); trial {found[0]} "
-                f"instead, {share:.1%} of its figure"
+                f"instead, {share:.1%} {how}"
             )
         chosen[label] = pick
         follows[label] = pick[0]
@@ -242,11 +252,13 @@ def _schedule(
         return Schedule(
             reason="no speculative configuration wins at any load: launch without speculation",
             follows=follows,
+            substitutes=substitutes,
         )
     if len({chosen[k][0] for k in chosen}) == 1:
         return Schedule(
             reason=f"trial {chosen[speculative[0]][0]} wins at every load: launch it as it is",
             follows=follows,
+            substitutes=substitutes,
         )
     heaviest = max(speculative, key=lambda k: weights[k])
     plan = planner(choices, dict(chosen[heaviest][3].config or {}))
@@ -258,6 +270,30 @@ def _schedule(
         follows=follows,
         substitutes=substitutes,
     )
+
+
+def _confirmed_fit(
+    label: str,
+    winner: Entry,
+    measured: Sequence[Entry],
+    fits: Sequence[Entry],
+    ratios: Mapping[str, Mapping[int | None, float]],
+) -> tuple[Entry | None, float, str]:
+    """The best at ``label`` by the confirmation's figures there among the trials the launch
+    can run (``fits``), its share of the winner's confirmed figure, and how that share reads;
+    ``None`` when the confirmation judged none of them there."""
+    at = ratios.get(label) or {}
+    mine = at.get(None if winner[1] == "baseline" else winner[0])
+    if not mine:
+        return None, 0.0, ""
+    best: tuple[float, Entry] | None = None
+    for e in fits:
+        ratio = at.get(None if e[1] == "baseline" else e[0])
+        if ratio is not None and e in measured and (best is None or ratio > best[0]):
+            best = (ratio, e)
+    if best is None:
+        return None, 0.0, ""
+    return best[1], best[0] / mine, "of its confirmed figure there"
 
 
 def _load_order(point: Mapping[str, Any]) -> tuple[int, float]:

@@ -251,10 +251,22 @@ def _load_report(
     entries = [(r.number, r.role, r.value, records[r.number], r.feasible) for r in rows]
     refusal, planner = _engine_planner(study) if schedule else (None, None)
     verdict = recorded_verdict(study)
-    confirmed = None
+    confirmed = ratios = None
     if verdict is not None and verdict.loads:
         # a candidate below the baseline at a point: no speculation wins there
         confirmed = {c.label: (c.trial if c.ratio >= 1.0 else None) for c in verdict.loads}
+        # each point's confirmed figures, for a launch that cannot follow the winner there;
+        # a candidate dropped as unstable or over a limit is no choice
+        judged = [
+            a
+            for a in verdict.arms
+            if a.trial is not None and (a.dropped is None or a.dropped.startswith("behind "))
+        ]
+        ratios = {
+            c.label: {None: 1.0, **{a.trial: a.at_loads[c.label] for a in judged
+                                    if c.label in a.at_loads}}
+            for c in verdict.loads
+        }  # fmt: skip
     return build_load_report(
         [p for p in points if isinstance(p, dict) and "label" in p and "weight" in p],
         entries,
@@ -263,6 +275,7 @@ def _load_report(
         refusal=refusal,
         planner=planner,
         confirmed=confirmed,
+        confirmed_ratios=ratios,
     )
 
 

@@ -10,14 +10,19 @@ each is taken at ``1 - (1 - confidence) / k`` (Bonferroni), so the chance that a
 interval misses is at most ``1 - confidence``.
 
 After ``min_rounds``, a candidate whose interval against the leader lies wholly below it is
-dropped (it stops being started); a candidate that fails to start twice is dropped as unstable,
-and one that breaks the space's limits (``objective.constraints``) in two runs and in more than
-half of its runs, or whose mean figure after ``min_rounds`` lies, with its confidence bound, beyond
-a limit, is dropped as not within them; in its place the next best measured configuration joins
-(up to ``LIMIT_RESERVE`` of them), with rounds of its own.
+dropped (it stops being started); with a load mix, only when it lies below the leader at every
+load point too (:mod:`autotune.study._paired`): a candidate behind by the weighted objective is
+kept for the points where it may still be the best, each point's choice is made among its own
+contenders, and rounds go on while a point's leader is not told apart from them. A candidate
+that fails to start twice is dropped as unstable, and one that breaks the space's limits
+(``objective.constraints``) in two runs and in more than half of its runs, or whose mean figure
+after ``min_rounds`` lies, with its confidence bound, beyond a limit, is dropped as not within
+them; in its place the next best measured configuration joins (up to ``LIMIT_RESERVE`` of them),
+with rounds of its own.
 The confirmation ends when the leader is decided against the baseline (its interval above 1,
 below 1, or within ``margin`` of 1) and stands apart from the others (alone, or every other
-within ``margin``), or when ``max_rounds`` is reached. The verdict follows
+within ``margin``), and, with a load mix, each point's leader stands apart from its contenders
+there; or when ``max_rounds`` is reached. The verdict follows
 (:class:`~autotune.study._verdict.Verdict`).
 
 Every measurement is written to the study (user attribute ``autotune:confirmation``) as soon as
@@ -28,6 +33,7 @@ itself never count (they chose the candidates: counting them again would favour 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -38,9 +44,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._knobs import ServerConfig
-from autotune._stats import mean_interval, ratio_interval
+from autotune._stats import mean_interval
 from autotune.space import ConfirmSpec, SearchSpace
 from autotune.study._evaluate import TrialContext, TrialEvaluator, TrialFiles, TrialHooks
+from autotune.study._paired import CHOICE_CONFIDENCE, Paired
 from autotune.study._record import STUDY_CONFIRMATION, TrialRecord, first_value
 from autotune.study._verdict import ArmFigure, LoadChoice, Verdict, judge
 
@@ -52,10 +59,6 @@ log = logging.getLogger("autotune.study")
 BASELINE = "baseline"
 #: Starts of a candidate that may fail in a confirmation before it is dropped as unstable.
 MAX_FAILED_STARTS = 2
-#: The level at which a candidate behind the leader stops being measured. Lower than the
-#: verdict's: dropping a candidate that is truly as good as the leader costs little (the two
-#: are close), while measuring every candidate to the end costs a start per round each.
-CHOICE_CONFIDENCE = 0.8
 #: With a load mix: the best few at each load point that join the candidates (each point's
 #: winner is then chosen on confirmed figures too, not on one lucky measurement).
 LOAD_CANDIDATES = 3
@@ -298,7 +301,7 @@ class Confirmation:
             spec=self.spec,
             shown=[p.name for p in self.space.parameters],
             notes=notes,
-            loads=self._load_choices(arms, done),
+            loads=self._load_choices(arms, figures, done),
         )
         self._save(arms, done, verdict)
         return verdict
@@ -376,55 +379,62 @@ class Confirmation:
         objective is minimised)."""
         return value / base if self.maximize else base / value
 
+    def _points(self) -> list[str]:
+        """The labels of the load points (none without a load mix)."""
+        points = self.space.objective.loads
+        return [p.label for p in points] if len(points) > 1 else []
+
+    def _paired(self, done: Sequence[Measurement]) -> Paired:
+        runs = [(m.round, m.arm, m.value, m.loads) for m in done]
+        return Paired(runs, baseline=BASELINE, maximize=self.maximize)
+
     def _load_choices(
-        self, arms: Sequence[Arm], done: Sequence[Measurement]
+        self, arms: Sequence[Arm], figures: Sequence[ArmFigure], done: Sequence[Measurement]
     ) -> tuple[LoadChoice, ...]:
         """With a load mix: at each load point, the candidate with the best confirmed ratio to
-        the baseline there (at the verdict's confidence, family-wise over the candidates)."""
-        points = self.space.objective.loads
-        if len(points) < 2 or len(arms) < 2:
+        the baseline there (at the verdict's confidence, family-wise over the candidates), among
+        those that may still be the best there (all, when none is judged yet)."""
+        if len(arms) < 2:
             return ()
         level = 1.0 - (1.0 - self.spec.confidence) / max(1, len(arms) - 1)
+        paired = self._paired(done)
+        trials = {a.key: a.trial for a in arms}
         out = []
-        for point in points:
-            best: tuple[Arm, tuple[float, float, float], int] | None = None
-            for arm in arms[1:]:
-                pairs = self._pairs(done, arm.key, BASELINE, load=point.label)
-                interval = ratio_interval(pairs, level)
-                if interval is not None and (best is None or interval[0] > best[1][0]):
-                    best = (arm, interval, len(pairs))
-            if best is not None:
-                arm, (ratio, low, high), runs = best
-                out.append(LoadChoice(point.label, arm.key, arm.trial, ratio, low, high, runs))
+        for label in self._points():
+            contenders = [f.key for f in figures if f.dropped is None and label in f.contends]
+            contest = paired.contest(
+                contenders or [a.key for a in arms[1:]], level, self.spec.margin, label
+            )
+            if contest.leader is None:
+                continue
+            interval = paired.to_baseline(contest.leader, level, label)
+            assert interval is not None
+            ratio, low, high = interval
+            runs = len(paired.pairs(contest.leader, BASELINE, label))
+            out.append(
+                LoadChoice(
+                    label, contest.leader, trials[contest.leader], ratio, low, high, runs,
+                    contest.rivals if contenders else (),
+                )
+            )  # fmt: skip
         return tuple(out)
-
-    def _pairs(
-        self, done: Sequence[Measurement], a: str, b: str, *, load: str | None = None
-    ) -> list[tuple[float, float]]:
-        """``(a, b)`` of every round where both were measured (at load point ``load``, or by
-        the objective), oriented so that a ratio above 1 means ``a`` is better."""
-        by: dict[int, dict[str, float]] = {}
-        for m in done:
-            value = m.value if load is None else m.loads.get(load)
-            if value is not None and value > 0:
-                by.setdefault(m.round, {})[m.arm] = value
-        out = []
-        for values in by.values():
-            if a in values and b in values:
-                x, y = values[a], values[b]
-                out.append((x, y) if self.maximize else (y, x))
-        return out
 
     def _figures(self, arms: Sequence[Arm], done: Sequence[Measurement], k: int) -> list[ArmFigure]:
         """Each candidate's ratio to the baseline at the family-wise level, and why it was
         dropped, if it was: unstable, or behind the leader at :data:`CHOICE_CONFIDENCE`."""
         level = 1.0 - (1.0 - self.spec.confidence) / max(1, k)
+        paired = self._paired(done)
         figures = []
         for arm in arms[1:]:
             failed = sum(1 for m in done if m.arm == arm.key and m.value is None)
             mine = [m for m in done if m.arm == arm.key and m.value is not None]
             over = [m for m in mine if m.broke]
-            interval = ratio_interval(self._pairs(done, arm.key, BASELINE), level)
+            interval = paired.to_baseline(arm.key, level)
+            at_loads = {
+                label: i[0]
+                for label in self._points()
+                if (i := paired.to_baseline(arm.key, level, label)) is not None
+            }
             figures.append(
                 ArmFigure(
                     key=arm.key,
@@ -436,6 +446,7 @@ class Confirmation:
                     high=None if interval is None else interval[2],
                     runs=sum(1 for m in done if m.arm == arm.key),
                     failed=failed,
+                    at_loads=at_loads,
                     dropped=(
                         f"did not start in {failed} confirmation runs"
                         if failed >= MAX_FAILED_STARTS
@@ -447,19 +458,28 @@ class Confirmation:
             )
         if len({m.round for m in done}) < self.spec.min_rounds:
             return figures
-        standing = [f for f in figures if f.dropped is None and f.ratio is not None]
+        standing = [f.key for f in figures if f.dropped is None and f.ratio is not None]
         if not standing:
             return figures
-        leader = max(standing, key=lambda f: f.ratio or 0.0)
+        by_objective = paired.contest(standing, level, self.spec.margin)
+        contests = [paired.contest(standing, level, self.spec.margin, p) for p in self._points()]
         out = []
         for f in figures:
-            if f in standing and f is not leader:
-                versus = ratio_interval(self._pairs(done, f.key, leader.key), CHOICE_CONFIDENCE)
-                if versus is not None and versus[2] < 1.0:
-                    f = f.with_dropped(
-                        f"behind {leader.key}: x{versus[0]:.3f} [{versus[1]:.3f}, "
+            if f.key in standing:
+                contends = tuple(
+                    str(c.load) for c in contests if f.key in c.standing and f.key not in c.behind
+                )
+                f = dataclasses.replace(f, contends=contends)
+                versus = by_objective.behind.get(f.key)
+                if versus is not None:
+                    why = (
+                        f"behind {by_objective.leader}: x{versus[0]:.3f} [{versus[1]:.3f}, "
                         f"{versus[2]:.3f}] of it"
                     )
+                    if contends:
+                        f = dataclasses.replace(f, behind=why)
+                    else:
+                        f = f.with_dropped(why + (", and at every load point" if contests else ""))
             out.append(f)
         return out
 
@@ -501,9 +521,10 @@ class Confirmation:
 
     def _decided(self, figures: Sequence[ArmFigure], done: Sequence[Measurement]) -> bool:
         """The leader is decided against the baseline (its interval above 1, below 1, or
-        within the margin of 1) and no candidate still standing may beat it by more than the
-        margin (at :data:`CHOICE_CONFIDENCE`)."""
-        standing = [f for f in figures if f.dropped is None and f.ratio is not None]
+        within the margin of 1) and no candidate still in the running may beat it by more than
+        the margin (at :data:`CHOICE_CONFIDENCE`); with a load mix, no contender at a load
+        point may beat that point's leader there by more than the margin either."""
+        standing = [f for f in figures if f.running]
         if not standing:
             return True
         leader = max(standing, key=lambda f: f.ratio or 0.0)
@@ -515,11 +536,14 @@ class Confirmation:
             or (leader.low >= 1.0 - margin and leader.high <= 1.0 + margin)
         ):
             return False
-        for f in standing:
-            if f is not leader:
-                versus = ratio_interval(self._pairs(done, f.key, leader.key), CHOICE_CONFIDENCE)
-                if versus is None or versus[2] > 1.0 + margin:
-                    return False
+        paired = self._paired(done)
+        level = 1.0 - (1.0 - self.spec.confidence) / max(1, len(figures))
+        if not paired.contest([f.key for f in standing], level, margin).apart:
+            return False
+        for label in self._points():
+            contenders = [f.key for f in figures if f.dropped is None and label in f.contends]
+            if not paired.contest(contenders, level, margin, label).apart:
+                return False
         return True
 
 

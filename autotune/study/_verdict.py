@@ -42,9 +42,21 @@ class ArmFigure:
     failed: int = 0
     #: Why it stopped being measured (worse than the leader, unstable), or None.
     dropped: str | None = None
+    #: With a load mix: why it is out of the running by the objective (behind its leader)
+    #: while it is still measured for the load points it may win (:attr:`contends`).
+    behind: str | None = None
+    #: With a load mix: the load points at which it may still be the best.
+    contends: tuple[str, ...] = ()
+    #: With a load mix: its ratio to the baseline at each load point, by label.
+    at_loads: Mapping[str, float] = field(default_factory=dict)
 
     def with_dropped(self, why: str) -> ArmFigure:
         return dataclasses.replace(self, dropped=why)
+
+    @property
+    def running(self) -> bool:
+        """Still in the running for the verdict's choice (measured, and not behind)."""
+        return self.dropped is None and self.behind is None and self.ratio is not None
 
     def interval(self) -> str:
         if self.ratio is None or self.low is None or self.high is None:
@@ -52,12 +64,23 @@ class ArmFigure:
         return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "config": dict(self.config)}
+        out = {**dataclasses.asdict(self), "config": dict(self.config)}
+        out["contends"] = list(self.contends)
+        out["at_loads"] = dict(self.at_loads)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ArmFigure:
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        given = {k: v for k, v in data.items() if k in names}
+        given["contends"] = tuple(str(x) for x in given.get("contends") or ())
+        raw = given.get("at_loads")
+        given["at_loads"] = {
+            str(k): float(v)
+            for k, v in (raw.items() if isinstance(raw, Mapping) else ())
+            if isinstance(v, (int, float))
+        }
+        return cls(**given)
 
 
 @dataclass(frozen=True)
@@ -73,14 +96,21 @@ class LoadChoice:
     high: float
     #: Rounds in which it and the baseline were both measured at that point.
     runs: int
+    #: Candidates it was not told apart from at that point when the rounds ran out (each may
+    #: still beat it there by more than the margin).
+    rivals: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["rivals"] = list(self.rivals)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoadChoice:
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        given = {k: v for k, v in data.items() if k in names}
+        given["rivals"] = tuple(str(x) for x in given.get("rivals") or ())
+        return cls(**given)
 
     def line(self) -> str:
         tail = (
@@ -90,6 +120,8 @@ class LoadChoice:
             if self.high >= 1.0
             else (" (below the baseline: no speculation wins here)")
         )
+        if self.rivals:
+            tail += f"; not told apart from {', '.join(self.rivals)} there"
         return (
             f"    at {self.label}: {self.key} x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] "
             f"over the baseline there, {self.runs} rounds{tail}"
@@ -158,6 +190,8 @@ class Verdict:
         )
         for arm in self.arms:
             state = "" if arm.dropped is None else f"  dropped: {arm.dropped}"
+            if arm.dropped is None and arm.behind is not None:
+                state = f"  kept for {', '.join(arm.contends)}: {arm.behind} by the objective"
             searched = "" if arm.searched is None else f", searched {arm.searched:.2f}"
             failed = f", {arm.failed} did not start" if arm.failed else ""
             out.append(
@@ -204,7 +238,7 @@ def judge(
             loads=tuple(loads),
         )
 
-    standing = [f for f in figures if f.dropped is None and f.ratio is not None]
+    standing = [f for f in figures if f.running]
     if not standing:
         dropped = [f"{f.key} {f.dropped}" for f in figures if f.dropped is not None]
         if not figures:

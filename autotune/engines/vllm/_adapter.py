@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 from autotune._errors import ConfigError, EngineError
 from autotune._knobs import SPECULATIVE_NUMBERS, Infeasible, ServerConfig
 from autotune._launch import LaunchSpec
-from autotune.engines._base import Engine, Hardware
+from autotune.engines._base import Engine, Hardware, LoadSchedule
 from autotune.engines.sglang._hardware import nvml_hardware
 from autotune.engines.vllm._crashes import VLLM_CRASH_RULES
 from autotune.engines.vllm._flags import VLLMFlags, detect_flags, known_flags
+from autotune.engines.vllm._schedule import batch_schedule, schedule_refusal
 from autotune.engines.vllm._section import owned_flag, read_vllm_section
 from autotune.engines.vllm._serving import READINESS, VLLM_API
 
@@ -318,6 +319,24 @@ class VLLMEngine(Engine):
     def lacks_draft_model(self, algorithm: str) -> bool:
         return self.spec.draft_model_path is None and METHODS.get(algorithm) in DRAFT_METHODS
 
+    # --- one server that follows a load mix ----------------------------------------------
+    def schedule_refusal(self, config: ServerConfig) -> str | None:
+        """Why ``config`` cannot be one batch size's choice of vLLM's speculative-token
+        schedule (:mod:`._schedule`)."""
+        return schedule_refusal(self.flags().version, config, _method)
+
+    def load_schedule(
+        self, choices: Sequence[tuple[int, ServerConfig]], base: ServerConfig
+    ) -> LoadSchedule:
+        """One ``vllm serve`` whose ``--speculative-config`` schedules the winners' numbers of
+        speculative tokens by batch size (:mod:`._schedule`)."""
+
+        def launch(config: ServerConfig) -> tuple[list[str], Callable[[Sequence[str]], str]]:
+            spec = self.build_launch(config, port=self.spec.port)
+            return list(spec.argv), lambda argv: replace(spec, argv=tuple(argv)).display()
+
+        return batch_schedule(self.flags().version, choices, base, method=_method, launch=launch)
+
     def readiness(self) -> Readiness:
         return READINESS
 
@@ -326,3 +345,8 @@ class VLLMEngine(Engine):
 
     def server_api(self) -> ServerApi:
         return VLLM_API
+
+
+def _method(config: ServerConfig) -> str | None:
+    """The ``--speculative-config`` method of ``config`` (None: none vLLM runs)."""
+    return METHODS.get(config.speculative_algorithm or "")
