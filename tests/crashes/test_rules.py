@@ -251,3 +251,35 @@ def test_an_sm_refusal_and_an_unsupported_capability_read_as_unsupported_arch() 
     assert _read("SGlang only supports sm 75 and  above\n") == "unsupported_arch"
     assert _read("ValueError: Unsupported compute capability: 12.0\n") == "unsupported_arch"
     assert _read("WARNING: FlashInfer only supports sm75 and above, using triton\n") == "starting"
+
+
+def test_a_kernel_listing_the_sm_families_it_runs_on_reads_as_unsupported_arch() -> None:
+    assert _read("AssertionError: only sm90 is supported\n") == "unsupported_arch"
+    assert _read("RuntimeError: Only SM 100 and SM 103 are supported\n") == "unsupported_arch"
+    assert _read("ValueError: Min capability: 80. Current capability: 75.\n") == "unsupported_arch"
+    # a note, not a refusal: no error on the line and no exception
+    assert _read("INFO: only sm90 is supported by this kernel, falling back\n") == "starting"
+
+
+def test_a_traceback_cut_in_the_kv_slot_allocator_while_serving_is_a_runtime_oom() -> None:
+    head = (
+        "[2025-01-01 00:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/s/sglang/srt/managers/scheduler.py", line 1, in event_loop_normal\n'
+        "    result = self.run_batch(batch)\n"
+        '  File "/s/sglang/srt/managers/schedule_batch.py", line 2, in prepare_for_decode\n'
+    )
+    call = head + "    self.out_cache_loc = self.alloc_token_slots(bs)\n"
+    slots = (
+        call + '  File "/s/sglang/srt/managers/schedule_batch.py", line 3, in alloc_token_slots\n'
+    )
+    assert _read(slots) == "oom_runtime"
+    assert _read(call) == "oom_runtime"  # cut at the call into the allocator
+    # the same traceback cut before the allocator says nothing about memory
+    assert _read(head) == "other_crash"
+    # the start-up pool, cut while its buffers are created, stays a KV pool that does not fit
+    pool = (
+        "Traceback (most recent call last):\n"
+        '  File "/s/sglang/srt/model_executor/model_runner.py", line 4, in init_memory_pool\n'
+        "    self.token_to_kv_pool = MHATokenToKVPool(\n"
+    )
+    assert _read(pool) == "oom_kv_pool"

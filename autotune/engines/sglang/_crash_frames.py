@@ -18,6 +18,7 @@ from autotune.crashes import TAG_DRAFT, TAG_LOADING
 # the classifier's own (it also adds them from the start-up phase).
 TAG_CAPTURE = "capture"
 TAG_KV_POOL = "kv_pool"
+TAG_KV_SLOTS = "kv_slots"
 TAG_SYMM_MEM = "symm_mem"
 TAG_ARGS = "args"
 TAG_NCCL = "nccl"
@@ -27,6 +28,7 @@ TAG_KERNEL = "kernel"
 #: Which category an unfinished traceback (frames, no exception line) points to, best first.
 TAG_HINTS: tuple[tuple[str, str], ...] = (
     (TAG_KV_POOL, "oom_kv_pool"),
+    (TAG_KV_SLOTS, "oom_runtime"),
     (TAG_CAPTURE, "graph_capture_other"),
     (TAG_SYMM_MEM, "unsupported_arch"),
     (TAG_ARGS, "bad_args"),
@@ -57,6 +59,19 @@ _KV_POOL_FUNCS = frozenset(
         "profile_max_num_token",
         "_profile_available_bytes",
         "_create_buffers",
+    }
+)
+# taking token or request slots from the KV pool for a batch while serving (the allocators that
+# raise "Prefill/Decode out of memory" and "alloc_req_slots runs out of memory"): a traceback cut
+# inside them is the pool running out of room at run time, not the pool failing to fit at start
+_KV_SLOT_FUNCS = frozenset(
+    {
+        "alloc_token_slots",
+        "alloc_req_slots",
+        "alloc_for_extend",
+        "alloc_for_decode",
+        "alloc_paged_token_slots_extend",
+        "alloc_paged_token_slots_decode",
     }
 )
 _KV_POOL_FILES = ("pool_configurator", "kv_cache_mixin", "kv_cache_configurator")
@@ -122,6 +137,8 @@ def frame_tags(path: str, func: str) -> frozenset[str]:
         or (_POOL_FILE.search(p) is not None and f in ("__init__", "_create_buffers"))
     ):
         tags.add(TAG_KV_POOL)
+    if f in _KV_SLOT_FUNCS:
+        tags.add(TAG_KV_SLOTS)
     if "symm_mem" in p or "symmetric_memory" in p or "symmmem" in f:
         tags.add(TAG_SYMM_MEM)
     if (

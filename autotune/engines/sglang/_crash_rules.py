@@ -79,7 +79,11 @@ _ARCH = re.compile(
     r"|(?:compute|device|cuda|gpu) capability\b[^.;]{0,60}?\b(?:not supported|unsupported"
     r"|is not compatible|not in its|below|at least|or (?:higher|above|newer)|minimum"
     r"|required|requires|too (?:low|old))"
-    r"|Minimum capability: ?\d+"
+    r"|Min(?:imum)? capability: ?\d+"
+    # a kernel's check that lists the SM families it runs on ("Only SM 10.x and 11.x are
+    # supported", "only sm90 is supported"): printed only when it refuses the GPU
+    r"|\bonly sm[ _]?\d{1,3}(?:\.x|\.\d+)?[af]?(?:(?:,|\s+and|\s+or)\s+(?:sm[ _]?)?\d{1,3}"
+    r"(?:\.x|\.\d+)?[af]?)*\s+(?:is|are) supported"
     r"|(?:unsupported|not supported|unknown) (?:gpu|cuda|sm|device) arch"
     # a kernel library's own check: "Unsupported architecture" (FlashInfer's TllmGenFmhaRunner,
     # DeepGEMM's assertions), not a model class ("Unsupported architecture: FooForCausalLM")

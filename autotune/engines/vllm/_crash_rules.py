@@ -76,6 +76,12 @@ _ARCH = re.compile(
     r"|only supports? (?:Ampere|Hopper|Blackwell|sm[ _]?\d{2,3})"
     r"|\bunsupported (?:compute|cuda|gpu|device) capabilit"
     r"|Bfloat16 is only supported on GPUs with compute capability"
+    # a quantization method's or kernel's minimum ("Minimum capability: 90. Current capability:
+    # 86.", compressed-tensors' "Min capability: 80.") and a check that lists the SM families it
+    # runs on ("Only SM 10.x and 11.x are supported")
+    r"|\bMin(?:imum)? capability: ?\d+"
+    r"|\bonly sm[ _]?\d{1,3}(?:\.x|\.\d+)?[af]?(?:(?:,|\s+and|\s+or)\s+(?:sm[ _]?)?\d{1,3}"
+    r"(?:\.x|\.\d+)?[af]?)*\s+(?:is|are) supported"
     # Triton's bundled PTX assembler failing for the GPU's SM (a toolchain older than the GPU):
     # "ptxas -lineinfo -v --gpu-name=sm_120 ... returned non-zero exit status 255"
     r"|\bptxas\b[^'\"]{0,200}--gpu-name[= ]sm_?\d{2,3}[af]?\b[^'\"]{0,300}['\"]? returned non-zero",
@@ -96,6 +102,7 @@ _ARG_WORDS = re.compile(
 _STRONG = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|EngineDeadError"
     r"|Engine process failed to start|Worker proc \S+ died|WorkerProc initialization failed"
+    r"|WorkerProc failed to start"
     r"|died unexpectedly|Segmentation fault|core dumped|Fatal Python error"
     r"|Error executing method"
     r"|terminate called after throwing|^\s*Killed\s*$"

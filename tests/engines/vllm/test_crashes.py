@@ -98,3 +98,26 @@ def test_zero_kv_cache_blocks_read_as_a_kv_cache_that_does_not_fit() -> None:
     assert classify_text(old, VLLM_CRASH_RULES).category == "oom_kv_pool"
     fine = "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 2291, # CPU blocks: 256\n"
     assert classify_text(fine, VLLM_CRASH_RULES).category == "starting"
+
+
+def test_a_minimum_capability_or_a_list_of_sm_families_reads_as_unsupported_arch() -> None:
+    lines = (
+        "ValueError: The quantization method fp8 is not supported for the current GPU."
+        " Minimum capability: 90. Current capability: 86.\n",
+        "(EngineCore_DP0 pid=1) RuntimeError: ('Quantization scheme is not supported for ',"
+        " 'the current GPU. Min capability: 80. ', 'Current capability: 75.')\n",
+        "AssertionError: Only SM 10.x and 11.x are supported\n",
+    )
+    for line in lines:
+        assert classify_text(line, VLLM_CRASH_RULES).category == "unsupported_arch", line
+
+
+def test_a_worker_that_failed_to_start_is_a_crash() -> None:
+    text = (
+        "(Worker_TP0 pid=5) INFO 10-06 18:54:29 [gpu_model_runner.py:1] Loading drafter model...\n"
+        "(Worker_TP0 pid=5) ERROR 10-06 18:54:30 [multiproc_executor.py:2] WorkerProc failed to"
+        " start.\n"
+    )
+    assert classify_text(text, VLLM_CRASH_RULES).category == "other_crash"
+    loading = text.splitlines(keepends=True)[0]
+    assert classify_text(loading, VLLM_CRASH_RULES).category == "starting"
