@@ -32,6 +32,11 @@ CauseReader = Callable[
 ]
 
 
+#: How far into a line a noise marker may start for the line to be noise (a host:pid:tid tag or a
+#: logger prefix comes before it; a paste that ran many lines together has it much further on).
+NOISE_MARKER_WITHIN = 160
+
+
 @dataclass(frozen=True)
 class LineMarks:
     """An engine's words for the cheap questions about a line.
@@ -51,7 +56,9 @@ class LineMarks:
         return self.trigger.search(line.lower()) is not None
 
     def is_noise(self, line: str) -> bool:
-        return any(marker in line for marker in self.noise)
+        # a harmless line starts with its marker (after a host or logger tag); a marker far
+        # into a line is a paste that lost its line breaks, whose earlier text still counts
+        return any(0 <= line.find(marker) < NOISE_MARKER_WITHIN for marker in self.noise)
 
     def is_warning(self, line: str) -> bool:
         return self.warning.search(line) is not None

@@ -62,6 +62,11 @@ _EXCEPTION = re.compile(
     r"(?::\s*(.*))?$"
 )
 _CPP_WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
+# the last line of an excerpt cut inside the name of torch's out-of-memory exception ("torch.O",
+# "torch.cuda.OutOfMem"): no other exception in torch's or torch.cuda's namespace starts so
+_CUT_OOM_NAME = re.compile(
+    r"^\s*torch\.(?:cuda\.)?O(?:u(?:t(?:O(?:f(?:M(?:e(?:m(?:o(?:r(?:y(?:E(?:r(?:r(?:o)?)?)?)?)?)?)?)?)?)?)?)?)?)?\s*$"
+)
 _SOURCE_MARKS = re.compile(r"^\s*[\^~]+\s*$")
 # the rest of a frame line that a terminal wrapped after the file's path: ', line 257, in __init__'
 _FRAME_TAIL = re.compile(r"^\s*, line \d+(?:, in ([\w<>.]+))?\s*$")
@@ -233,6 +238,8 @@ class CrashRules(abc.ABC):
         w = _CPP_WHAT.match(line)
         if w is not None:
             return "what()", w.group(1)
+        if _CUT_OOM_NAME.match(line):
+            return "OutOfMemoryError", ""
         return None
 
     def is_traceback_start(self, line: str) -> bool:

@@ -283,3 +283,43 @@ def test_a_traceback_cut_in_the_kv_slot_allocator_while_serving_is_a_runtime_oom
         "    self.token_to_kv_pool = MHATokenToKVPool(\n"
     )
     assert _read(pool) == "oom_kv_pool"
+
+
+def test_kernel_and_amd_architecture_refusals_read_as_unsupported_arch() -> None:
+    refusals = (
+        "AssertionError: expected sm90 or sm100\n",
+        "RuntimeError: this kernel expected an sm100a GPU\n",
+        "NotImplementedError: this model currently supports ROCm gfx950 only.\n",
+        "RuntimeError: Unsupported GPU architecture detected gfx1100. Expected 'gfx942'.\n",
+        'KeyError: "Unknown GPU architecture: gfx1151. Please check your ROCm install"\n',
+        "ValueError: gfx90a is not supported by this backend\n",
+    )
+    for line in refusals:
+        assert _read(line) == "unsupported_arch", line
+    assert _read("INFO: using the gfx942 kernels, expected sm90 or sm100 on CUDA\n") == "starting"
+
+
+def test_rocms_gpu_memory_access_fault_is_a_crash() -> None:
+    fault = "Memory access fault by GPU node-2 (Agent handle: 0x5a0d) on address 0x7d35.\n"
+    assert _read("[2025-01-01 00:00:00] Decode batch. #running-req: 1\n" + fault) == "other_crash"
+
+
+def test_an_exception_name_cut_inside_torchs_out_of_memory_error_is_an_oom() -> None:
+    capture = (
+        "Traceback (most recent call last):\n"
+        '  File "/s/sglang/srt/model_executor/cuda_graph_runner.py", line 1, in __init__\n'
+        "    self.model_runner.attn_backend.init_cuda_graph_state(self.max_num_token)\n"
+        '  File "/s/sglang/srt/layers/attention/triton.py", line 2, in init_cuda_graph_state\n'
+        "    self.cuda_graph_attn_logits = torch.empty(\n"
+    )
+    assert _read(capture + "torch.O\n") == "oom_cuda_graph"
+    assert _read(capture + "torch.cuda.OutOfMem\n") == "oom_cuda_graph"
+    serving = (
+        "Traceback (most recent call last):\n"
+        '  File "/s/sglang/srt/managers/scheduler.py", line 1, in run_batch\n'
+        "    out = self.model_runner.forward(batch)\n"
+    )
+    assert _read(serving + "torch.Out\n") == "oom_runtime"
+    # another name, or the start of one that other exceptions share, is no OOM
+    assert _read(capture + "torch.\n") == "graph_capture_other"
+    assert _read(serving + "torch.ones\n") == "other_crash"

@@ -43,7 +43,10 @@ _MINIMUM = re.compile(r"minimum viable\b[^)\n]*?([0-9]*\.[0-9]+)\s*\)")
 
 OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
-    r"|CUBLAS_STATUS_ALLOC_FAILED|CUBLAS_STATUS_NOT_INITIALIZED|HIP out of memory",
+    r"|CUBLAS_STATUS_ALLOC_FAILED|CUBLAS_STATUS_NOT_INITIALIZED|HIP out of memory"
+    # a traceback whose last line was cut inside the exception's name: "torch.O" can only be
+    # torch's OutOfMemoryError (no other exception in torch's or torch.cuda's namespace starts so)
+    r"|^\s*torch\.(?:cuda\.)?O(?:u(?:t(?:O(?:f(?:M(?:e(?:m(?:o(?:r(?:y(?:E(?:r(?:r(?:o)?)?)?)?)?)?)?)?)?)?)?)?)?)?\s*$",
     re.I,
 )
 OOM_WORDS = re.compile(r"\bout of memory\b", re.I)

@@ -84,6 +84,14 @@ _ARCH = re.compile(
     # supported", "only sm90 is supported"): printed only when it refuses the GPU
     r"|\bonly sm[ _]?\d{1,3}(?:\.x|\.\d+)?[af]?(?:(?:,|\s+and|\s+or)\s+(?:sm[ _]?)?\d{1,3}"
     r"(?:\.x|\.\d+)?[af]?)*\s+(?:is|are) supported"
+    # a kernel's assertion naming the SMs it expects ("expected sm90 or sm100")
+    r"|\bexpected (?:an? )?sm_?\d{2,3}[af]?\b(?:(?:,|\s+or|\s+and)\s+sm_?\d{2,3}[af]?\b)*"
+    # AMD's architecture names: "supports ROCm gfx950 only", "Unsupported GPU architecture
+    # detected gfx1100", "Unknown GPU architecture: gfx1151", "gfx942 is not supported"
+    r"|\bsupports? (?:ROCm |AMD )?gfx\d{2,4}\w*(?:(?:,|\s+or|\s+and)\s+gfx\d{2,4}\w*)* only\b"
+    r"|\bonly supports? (?:ROCm |AMD )?gfx\d{2,4}"
+    r"|\bgfx\d{2,4}\w*\b[^.;]{0,40}?\b(?:not supported|unsupported|is not compatible)"
+    r"|(?:unsupported|unknown) (?:gpu |amd |device )?architecture(?: detected)?:? ['\"]?gfx\d"
     r"|(?:unsupported|not supported|unknown) (?:gpu|cuda|sm|device) arch"
     # a kernel library's own check: "Unsupported architecture" (FlashInfer's TllmGenFmhaRunner,
     # DeepGEMM's assertions), not a model class ("Unsupported architecture: FooForCausalLM")
@@ -142,6 +150,8 @@ _STRONG = re.compile(
     r"hit an exception|Received sigquit from a child process|Initialization failed"
     r"|scheduler is dead|Child process unexpectedly failed"
     r"|Segmentation fault|core dumped|Fatal Python error|Segfault encountered"
+    # ROCm's fatal GPU fault (the HSA runtime aborts the process)
+    r"|Memory access fault by GPU node"
     r"|terminate called after throwing"
     r"|srun: error: .*(?:Exited with exit code [1-9]|Killed|Out Of Memory|terminated|CANCELLED)"
     r"|slurmstepd: error: .*(?:oom[-_]kill|CANCELLED|Killed|Out Of Memory)"
@@ -165,6 +175,7 @@ _TRIGGER = re.compile(
     r"|only support|multicast|resource|address|unrecognized|ambiguous|watchdog|require"
     r"|option|segment|dump|\[e\d|fail|interrupt|cuda graph|kv cache|eaddrinuse|errno 98"
     r"|profiled value|max_total_num_tokens|kv pool|minimum viable|graph_buffer|common_ops"
+    r"|gfx\d|^\s*torch\.(?:cuda\.)?o\w{0,15}\s*$"
 )
 #: The words of SGLang's log for the classifier's cheap questions about every line.
 MARKS = LineMarks(trigger=_TRIGGER, noise=_NOISE, strong=_STRONG)

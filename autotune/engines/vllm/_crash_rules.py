@@ -48,7 +48,10 @@ FREE_MEMORY = re.compile(
 )
 OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
-    r"|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory",
+    r"|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"
+    # a traceback whose last line was cut inside the exception's name: "torch.O" can only be
+    # torch's OutOfMemoryError (no other exception in torch's or torch.cuda's namespace starts so)
+    r"|^\s*torch\.(?:cuda\.)?O(?:u(?:t(?:O(?:f(?:M(?:e(?:m(?:o(?:r(?:y(?:E(?:r(?:r(?:o)?)?)?)?)?)?)?)?)?)?)?)?)?)?\s*$",
     re.I,
 )
 _HOST_MEMORY = re.compile(r"CPUAllocator|host memory|oom[-_]kill|pinned memory", re.I)
@@ -82,6 +85,14 @@ _ARCH = re.compile(
     r"|\bMin(?:imum)? capability: ?\d+"
     r"|\bonly sm[ _]?\d{1,3}(?:\.x|\.\d+)?[af]?(?:(?:,|\s+and|\s+or)\s+(?:sm[ _]?)?\d{1,3}"
     r"(?:\.x|\.\d+)?[af]?)*\s+(?:is|are) supported"
+    # a kernel's assertion naming the SMs it expects ("expected sm90 or sm100")
+    r"|\bexpected (?:an? )?sm_?\d{2,3}[af]?\b(?:(?:,|\s+or|\s+and)\s+sm_?\d{2,3}[af]?\b)*"
+    # AMD's architecture names: "supports ROCm gfx950 only", "Unsupported GPU architecture
+    # detected gfx1100", "Unknown GPU architecture: gfx1151", "gfx942 is not supported"
+    r"|\bsupports? (?:ROCm |AMD )?gfx\d{2,4}\w*(?:(?:,|\s+or|\s+and)\s+gfx\d{2,4}\w*)* only\b"
+    r"|\bonly supports? (?:ROCm |AMD )?gfx\d{2,4}"
+    r"|\bgfx\d{2,4}\w*\b[^.;]{0,40}?\b(?:not supported|unsupported|is not compatible)"
+    r"|(?:unsupported|unknown) (?:gpu |amd |device )?architecture(?: detected)?:? ['\"]?gfx\d"
     # Triton's bundled PTX assembler failing for the GPU's SM (a toolchain older than the GPU):
     # "ptxas -lineinfo -v --gpu-name=sm_120 ... returned non-zero exit status 255"
     r"|\bptxas\b[^'\"]{0,200}--gpu-name[= ]sm_?\d{2,3}[af]?\b[^'\"]{0,300}['\"]? returned non-zero",
@@ -104,6 +115,7 @@ _STRONG = re.compile(
     r"|Engine process failed to start|Worker proc \S+ died|WorkerProc initialization failed"
     r"|WorkerProc failed to start"
     r"|died unexpectedly|Segmentation fault|core dumped|Fatal Python error"
+    r"|Memory access fault by GPU node"
     r"|Error executing method"
     r"|terminate called after throwing|^\s*Killed\s*$"
 )
@@ -113,7 +125,7 @@ _TRIGGER = re.compile(
     r"|usage:|startup complete|throughput|initializ|dead|died|kill|fault|abort|terminat"
     r"|what\(\)|warn|loading|exit|fatal|not supported|only support|address|unrecognized"
     r"|ambiguous|watchdog|require|segment|dump|\[e\d|fail|interrupt|kv cache|cache blocks"
-    r"|errno 98|eaddrinuse|validation|graph|gpu blocks"
+    r"|errno 98|eaddrinuse|validation|graph|gpu blocks|gfx\d|^\s*torch\.(?:cuda\.)?o\w{0,15}\s*$"
 )
 #: The words of vLLM's log for the classifier's cheap questions about every line.
 MARKS = LineMarks(trigger=_TRIGGER, noise=_NOISE, strong=_STRONG)

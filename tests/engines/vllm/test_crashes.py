@@ -121,3 +121,33 @@ def test_a_worker_that_failed_to_start_is_a_crash() -> None:
     assert classify_text(text, VLLM_CRASH_RULES).category == "other_crash"
     loading = text.splitlines(keepends=True)[0]
     assert classify_text(loading, VLLM_CRASH_RULES).category == "starting"
+
+
+def test_kernel_and_amd_architecture_refusals_read_as_unsupported_arch() -> None:
+    refusals = (
+        "NotImplementedError: glm 5 next currently supports ROCm gfx950 only.\n",
+        "AssertionError: expected sm90 or sm100\n",
+        "RuntimeError: Unsupported GPU architecture detected gfx1100. Expected 'gfx942'.\n",
+    )
+    for line in refusals:
+        assert classify_text(line, VLLM_CRASH_RULES).category == "unsupported_arch", line
+
+
+def test_rocms_gpu_memory_access_fault_is_a_crash() -> None:
+    fault = (
+        "Memory access fault by GPU node-2 (Agent handle: 0x5a) on address 0x7d. Reason: Unknown.\n"
+    )
+    assert classify_text(fault, VLLM_CRASH_RULES).category == "other_crash"
+
+
+def test_a_paste_that_ran_lines_together_keeps_the_error_before_an_nccl_info_tag() -> None:
+    error = (
+        "ERROR 11-04 18:02:56 [multiproc_executor.py:597] raise RuntimeError(f'NCCL error') "
+        "ERROR 11-04 18:02:56 [multiproc_executor.py:597] RuntimeError: NCCL error: unhandled cuda"
+        " error (run with NCCL_DEBUG=INFO for details)"
+    )
+    flattened = error + " 02fdc141b80d:213:213 [1] NCCL INFO cudaDriverVersion 12080\n"
+    assert classify_text(flattened, VLLM_CRASH_RULES).category == "nccl_error"
+    # a line that is an NCCL INFO line stays noise, whatever words it carries
+    info = "02fdc141b80d:213:213 [1] NCCL INFO NET/IB : No device found, error code 2\n"
+    assert classify_text(info, VLLM_CRASH_RULES).category == "starting"
