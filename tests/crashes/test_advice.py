@@ -95,3 +95,28 @@ def test_kernel_library_architecture_advice() -> None:
     assert "kernel library" in advice and "--attention-backend" in advice
     symm_mem = classify_file(UNSEEN / "u07_torch_symm_mem_sm120_slurm.log").advice
     assert "kernel library" not in symm_mem and "--enable-torch-symm-mem" in symm_mem
+
+
+def test_slots_running_out_while_serving_advise_the_request_limit_not_less_memory() -> None:
+    cut = (
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/s/sglang/srt/managers/scheduler.py", line 1, in run_batch\n'
+        "    batch.prepare_for_extend()\n"
+        '  File "/s/sglang/srt/mem_cache/common.py", line 2, in alloc_for_extend\n'
+    )
+    tokens = classify_text(cut)
+    assert tokens.category == "oom_runtime"
+    assert tokens.advice.startswith("lower --max-running-requests or raise --mem-fraction-static")
+    requests = classify_text(
+        "RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for "
+        "`--max-running-requests`. self.req_to_token_pool.available_size()=1, num_reqs=2,\n"
+    )
+    assert requests.category == "oom_runtime"
+    assert requests.advice.startswith("lower --max-running-requests:")
+    assert "lower --mem-fraction-static" not in requests.advice
+    activations = classify_text(
+        "Traceback (most recent call last):\n"
+        '  File "/s/sglang/srt/managers/scheduler.py", line 1, in run_batch\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    )
+    assert activations.advice.startswith("lower --mem-fraction-static")

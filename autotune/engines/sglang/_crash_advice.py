@@ -7,7 +7,12 @@ import re
 
 from autotune.crashes import TAG_LOADING, AdviceContext
 from autotune.engines.sglang import _crash_memory as memory
-from autotune.engines.sglang._crash_rules import TAG_KERNEL, TAG_SYMM_MEM, is_collective_timeout
+from autotune.engines.sglang._crash_rules import (
+    TAG_KERNEL,
+    TAG_KV_SLOTS,
+    TAG_SYMM_MEM,
+    is_collective_timeout,
+)
 
 _AMBIGUOUS = re.compile(r"ambiguous option: (--?[\w-]+)(?:=\S*)? could match (.+)")
 _UNRECOGNIZED = re.compile(r"unrecognized arguments?: (.+)")
@@ -81,7 +86,15 @@ def _cuda_graph(ctx: AdviceContext) -> str:
 
 def _runtime(ctx: AdviceContext) -> str:
     evidence = ctx.evidence or ""
-    if re.search(r"(?:Prefill|Decode|Extend) out of memory\.", evidence):
+    if re.search(r"alloc_req_slots runs out of memory", evidence):
+        return (
+            "lower --max-running-requests: the pool of request slots ran out while serving "
+            "(--mem-fraction-static does not size it)"
+        )
+    if (
+        re.search(r"(?:Prefill|Decode|Extend) out of memory\.", evidence)
+        or TAG_KV_SLOTS in ctx.tags
+    ):
         return (
             "lower --max-running-requests or raise --mem-fraction-static: the KV pool ran out "
             "of token slots while serving"

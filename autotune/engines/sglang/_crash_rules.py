@@ -22,6 +22,7 @@ from autotune.engines.sglang._crash_frames import TAG_FORWARD as TAG_FORWARD
 from autotune.engines.sglang._crash_frames import TAG_HINTS as TAG_HINTS
 from autotune.engines.sglang._crash_frames import TAG_KERNEL as TAG_KERNEL
 from autotune.engines.sglang._crash_frames import TAG_KV_POOL as TAG_KV_POOL
+from autotune.engines.sglang._crash_frames import TAG_KV_SLOTS as TAG_KV_SLOTS
 from autotune.engines.sglang._crash_frames import TAG_NCCL as TAG_NCCL
 from autotune.engines.sglang._crash_frames import TAG_SYMM_MEM as TAG_SYMM_MEM
 from autotune.engines.sglang._crash_frames import frame_tags as frame_tags
