@@ -323,3 +323,17 @@ def test_an_exception_name_cut_inside_torchs_out_of_memory_error_is_an_oom() -> 
     # another name, or the start of one that other exceptions share, is no OOM
     assert _read(capture + "torch.\n") == "graph_capture_other"
     assert _read(serving + "torch.ones\n") == "other_crash"
+
+
+def test_a_logger_tag_naming_the_graph_buffer_registration_is_no_capture_failure() -> None:
+    info = (
+        "2025-11-05T01:56:54.243403Z  INFO custom_all_reduce.register_graph_buffers: Registering"
+        " 595 cuda graph addresses\n"
+    )
+    assert _read(info) == "starting"
+    # the same function named by an error (the quoted call under the exception) still is
+    failed = (
+        "RuntimeError: invalid argument\n"
+        "torch.ops.sgl_kernel.get_graph_buffer_ipc_meta.default(fa)\n"
+    )
+    assert _read(failed) == "graph_capture_other"

@@ -36,12 +36,15 @@ _CAPTURE_OP = re.compile(
     r"operation not permitted when stream is capturing|cudaErrorStreamCapture\w*"
     r"|operation failed due to a previous error during capture"
     r"|(?:during|while) (?:cuda )?graph captur"
-    r"|not (?:allowed|supported|permitted) (?:during|while) (?:cuda )?(?:graph )?captur"
-    # custom all-reduce registering a captured graph's buffers (only done at a capture's end),
-    # named in a quoted call rather than a frame: "torch.ops.sgl_kernel.get_graph_buffer_ipc_meta"
-    r"|\b(?:register|get)_graph_buffers?\w*",
+    r"|not (?:allowed|supported|permitted) (?:during|while) (?:cuda )?(?:graph )?captur",
     re.I,
 )
+# custom all-reduce registering a captured graph's buffers (only done at a capture's end), named
+# in a quoted call rather than a frame ("torch.ops.sgl_kernel.get_graph_buffer_ipc_meta"); in an
+# info-level record it is the logger's tag ("INFO custom_all_reduce.register_graph_buffers:
+# Registering 595 cuda graph addresses"), a healthy step
+_GRAPH_BUFFER_CALL = re.compile(r"\b(?:register|get)_graph_buffers?\w*", re.I)
+_INFO_RECORD = re.compile(r"^\s*(?:INFO|DEBUG)\b")
 _NCCL = re.compile(
     r"\bNCCL (?:error|Error \d+)|\bnccl(?:InternalError|SystemError|UnhandledCudaError"
     r"|InvalidUsage|InvalidArgument|RemoteError)\b"
@@ -205,6 +208,8 @@ def specific_cause(
         return found
     in_capture_tb = exception is not None and TAG_CAPTURE in tags
     m = _CAPTURE_OP.search(line)
+    if m is None and not _INFO_RECORD.match(line):
+        m = _GRAPH_BUFFER_CALL.search(line)
     if m is not None:
         return "graph_capture_other", m.start()
     m = _PORT_IN_USE.search(line)
