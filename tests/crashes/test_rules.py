@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.crashes import CRASH_CATEGORIES, TAG_DRAFT
+from autotune.crashes import CRASH_CATEGORIES, TAG_DRAFT, classify_text
 from autotune.crashes._lines import normalise
 from autotune.engines.sglang import _crash_rules as rules
 from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES as RULES
@@ -337,3 +337,26 @@ def test_a_logger_tag_naming_the_graph_buffer_registration_is_no_capture_failure
         "torch.ops.sgl_kernel.get_graph_buffer_ipc_meta.default(fa)\n"
     )
     assert _read(failed) == "graph_capture_other"
+
+
+def test_the_servers_own_words_for_a_taken_port_read_as_port_in_use() -> None:
+    taken = (
+        "ValueError: port_base at 11434 is not available in 30 seconds. port_base is used by a "
+        "process already.\n"
+    )
+    assert _read(taken) == "port_in_use"
+    assert _read("RuntimeError: Port 30000 is already in use\n") == "port_in_use"
+    assert _read("[2026-01-01 00:00:00] Port 30000 is not available, trying 30001\n") == "starting"
+
+
+def test_nvshmem_failing_to_connect_the_gpus_reads_as_a_communication_failure() -> None:
+    for line in (
+        "/sgl-workspace/nvshmem/src/host/init/init.cu:1007: non-zero status: 7 nvshmem setup "
+        "connections failed\n",
+        "connect EPS failed\n",
+        "/x/team.cu:63: NVSHMEM API called before NVSHMEM initialization has completed\n",
+    ):
+        verdict = classify_text(line, RULES)
+        assert verdict.category == "nccl_error", line
+        assert "NVSHMEM" in verdict.advice and "--moe-a2a-backend" in verdict.advice
+    assert _read("[2026-01-01 00:00:00] NVSHMEM symmetric heap size 1 GiB\n") == "starting"

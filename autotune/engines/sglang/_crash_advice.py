@@ -149,6 +149,13 @@ def _capture_other(ctx: AdviceContext) -> str:
 
 
 def _nccl(ctx: AdviceContext) -> str:
+    if re.search(r"nvshmem|connect EPS", ctx.evidence or "", re.I):
+        return (
+            "NVSHMEM (DeepEP's communication library) could not connect the GPUs: check the "
+            "InfiniBand/RDMA devices the ranks use (--disaggregation-ib-device, NVSHMEM_HCA_LIST) "
+            "and that every node reaches the others, or run without DeepEP (another "
+            "--moe-a2a-backend); this is not a memory or graph setting"
+        )
     if is_collective_timeout(ctx.evidence or ""):
         return (
             "a collective operation timed out (a rank died or hung): look for the first failing "

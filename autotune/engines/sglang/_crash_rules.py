@@ -51,7 +51,11 @@ _NCCL = re.compile(
     r"|Watchdog caught collective operation timeout|NCCL operations have failed or timed out"
     r"|watchdog thread terminated with exception|DistBackendError"
     r"|NCCL communicator was aborted|ncclCommInitRank failed|NCCL (?:work|operation) timed? ?out"
-    r"|ProcessGroupNCCL\S*\s.{0,80}(?:timed out|timeout|exception)",
+    r"|ProcessGroupNCCL\S*\s.{0,80}(?:timed out|timeout|exception)"
+    # NVSHMEM (DeepEP's communication library) failing to connect the GPUs: "connect EPS failed",
+    # "nvshmem setup connections failed", "NVSHMEM API called before NVSHMEM initialization"
+    r"|\bnvshmem\w*\b[^.;]{0,60}?\b(?:failed|error)\b|\bconnect EPS failed"
+    r"|NVSHMEM API called before NVSHMEM initialization",
     re.I,
 )
 # torch's NCCL watchdog reporting a CUDA error of the GPU (an illegal memory access): the watchdog
@@ -70,6 +74,13 @@ _PORT_IN_USE = re.compile(
 )
 #: An NCCL failure that is a collective running out of time (a rank that died or hung).
 _COLLECTIVE_TIMEOUT = re.compile(r"watchdog|timeout|timed out", re.I)
+#: The server's own words for a port another process holds ("port_base at 11434 is not available in
+#: 30 seconds. port_base is used by a process already."), read on an error line.
+_PORT_TAKEN = re.compile(
+    r"\bport\w*\b[^.;]{0,40}?\b(?:is not available|is (?:already )?in use"
+    r"|(?:is )?used by (?:a|another) process)",
+    re.I,
+)
 _NCCL_WARN = re.compile(r"\bNCCL WARN\b")
 _NCCL_WARN_FAILURE = re.compile(
     r"refused|reset by peer|timed? ?out|abort|fail|error|unreachable|exited|closed|unhandled"
@@ -179,7 +190,7 @@ _TRIGGER = re.compile(
     r"|only support|multicast|resource|address|unrecognized|ambiguous|watchdog|require"
     r"|option|segment|dump|\[e\d|fail|interrupt|cuda graph|kv cache|eaddrinuse|errno 98"
     r"|profiled value|max_total_num_tokens|kv pool|minimum viable|graph_buffer|common_ops"
-    r"|gfx\d|^\s*torch\.(?:cuda\.)?o\w{0,15}\s*$"
+    r"|gfx\d|^\s*torch\.(?:cuda\.)?o\w{0,15}\s*$|nvshmem|connect eps"
 )
 #: The words of SGLang's log for the classifier's cheap questions about every line.
 MARKS = LineMarks(trigger=_TRIGGER, noise=_NOISE, strong=_STRONG)
@@ -213,6 +224,8 @@ def specific_cause(
     if m is not None:
         return "graph_capture_other", m.start()
     m = _PORT_IN_USE.search(line)
+    if m is None and (exception is not None or _ERRORISH.search(line)):
+        m = _PORT_TAKEN.search(line)
     if m is not None:
         return "port_in_use", m.start()
     m = _NCCL.search(line)

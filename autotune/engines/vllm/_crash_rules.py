@@ -64,11 +64,22 @@ NCCL = re.compile(
     r"\bNCCL (?:error|Error \d+)|\bnccl(?:InternalError|SystemError|UnhandledCudaError"
     r"|InvalidUsage|InvalidArgument|RemoteError)\b"
     r"|Watchdog caught collective operation timeout|DistBackendError"
-    r"|ncclCommInitRank failed|ProcessGroupNCCL\S*\s.{0,80}(?:timed out|timeout|exception)",
+    r"|ncclCommInitRank failed|ProcessGroupNCCL\S*\s.{0,80}(?:timed out|timeout|exception)"
+    # NVSHMEM (DeepEP's communication library) failing to connect the GPUs: "connect EPS failed",
+    # "nvshmem setup connections failed", "NVSHMEM API called before NVSHMEM initialization"
+    r"|\bnvshmem\w*\b[^.;]{0,60}?\b(?:failed|error)\b|\bconnect EPS failed"
+    r"|NVSHMEM API called before NVSHMEM initialization",
     re.I,
 )
 _PORT_IN_USE = re.compile(
     r"address already in use|\bEADDRINUSE\b|\[Errno 98\]|error while attempting to bind", re.I
+)
+#: The server's own words for a port another process holds ("port_base at 11434 is not available in
+#: 30 seconds. port_base is used by a process already."), read on an error line.
+_PORT_TAKEN = re.compile(
+    r"\bport\w*\b[^.;]{0,40}?\b(?:is not available|is (?:already )?in use"
+    r"|(?:is )?used by (?:a|another) process)",
+    re.I,
 )
 _ARCH = re.compile(
     r"no kernel image is available|cudaErrorNoKernelImageForDevice"
@@ -126,6 +137,7 @@ _TRIGGER = re.compile(
     r"|what\(\)|warn|loading|exit|fatal|not supported|only support|address|unrecognized"
     r"|ambiguous|watchdog|require|segment|dump|\[e\d|fail|interrupt|kv cache|cache blocks"
     r"|errno 98|eaddrinuse|validation|graph|gpu blocks|gfx\d|^\s*torch\.(?:cuda\.)?o\w{0,15}\s*$"
+    r"|nvshmem|connect eps"
 )
 #: The words of vLLM's log for the classifier's cheap questions about every line.
 MARKS = LineMarks(trigger=_TRIGGER, noise=_NOISE, strong=_STRONG)
@@ -193,6 +205,8 @@ def specific_cause(
     if m is not None:
         return "graph_capture_other", m.start()
     m = _PORT_IN_USE.search(line)
+    if m is None and (exception is not None or re.search(r"error|fail", line, re.I)):
+        m = _PORT_TAKEN.search(line)
     if m is not None:
         return "port_in_use", m.start()
     m = NCCL.search(line)

@@ -151,3 +151,10 @@ def test_a_paste_that_ran_lines_together_keeps_the_error_before_an_nccl_info_tag
     # a line that is an NCCL INFO line stays noise, whatever words it carries
     info = "02fdc141b80d:213:213 [1] NCCL INFO NET/IB : No device found, error code 2\n"
     assert classify_text(info, VLLM_CRASH_RULES).category == "starting"
+
+
+def test_a_taken_port_in_words_and_nvshmem_failing_to_connect() -> None:
+    taken = "ValueError: port_base at 11434 is not available in 30 seconds.\n"
+    assert classify_text(taken, VLLM_CRASH_RULES).category == "port_in_use"
+    nvshmem = "/x/init.cu:1007: non-zero status: 7 nvshmem setup connections failed\n"
+    assert classify_text(nvshmem, VLLM_CRASH_RULES).category == "nccl_error"
