@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# vLLM 0.33.0's own `vllm serve` argument parser, without its GPU stack, for the vLLM contract
-# tests (tests/engines/vllm/test_contract_vllm.py):
+# vLLM's own `vllm serve` argument parsers, without their GPU stack, for the vLLM contract tests
+# (tests/engines/vllm/test_contract_vllm.py); .ci/run installs them:
 #
 #   bash .ci/install-vllm-parser.sh DEST      # then: export AUTOTUNE_VLLM_PARSERS=DEST
 #
-# vLLM goes into DEST/vllm-0.33.0 with `pip install --no-deps` (a 336 MB wheel), and the
-# packages its parser's import needs into DEST/deps-0.33.0, each without its own dependencies
-# (transformers, tokenizers, fastapi, ...: about 250 MB). The tests import it with
-# VLLM_TARGET_DEVICE=cpu, so that vLLM does not look for a GPU platform. The parser imports
-# torch: PYTHON must have it (default: this checkout's .venv, which has PyTorch's CPU build).
-# Not part of .ci/run (about 1.1 GB); the contract tests skip without it.
+# Each release of RELEASES (the newest on the index, and the one before it) goes into
+# DEST/vllm-RELEASE with `pip install --no-deps` (wheels of 340-550 MB), and the packages their
+# parsers' import needs into DEST/vllm-deps, each without its own dependencies (transformers,
+# tokenizers, fastapi, ...: about 250 MB). The tests import them with VLLM_TARGET_DEVICE=cpu, so
+# that vLLM does not look for a GPU platform. The parsers import torch: PYTHON must have it
+# (default: this checkout's .venv, which has PyTorch's CPU build).
 #
-# WITH_OLD_RELEASE=1 also installs vLLM 0.10.2 (--no-deps, about 1.3 GB), whose parser source the
-# contract tests read: that release cannot build its parser without a GPU platform.
+# OLD_RELEASE (vLLM 0.10.2, --no-deps, about 1.3 GB) is installed too unless WITH_OLD_RELEASE=0:
+# that release cannot build its parser without a GPU platform, so the contract tests read its
+# parser's source instead.
 set -euo pipefail
 DEST="${1:?usage: install-vllm-parser.sh DEST}"
 PY="${PYTHON:-$(dirname "$0")/../.venv/bin/python}"
-RELEASE=0.33.0
+RELEASES=(0.34.0 0.33.0)
+OLD_RELEASE=0.10.2
 DEPS=(
   aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 apache-tvm-ffi==0.1.15.post2
   cachetools==8.0.2 cbor2==6.3.0 cloudpickle==3.1.3 fastapi==0.165.0 frozenlist==1.8.0
@@ -27,17 +29,21 @@ DEPS=(
   sniffio==1.3.1 tokenizers==0.23.3 transformers==5.25.0 truststore==0.10.5 urllib3==2.8.0
   uvloop==0.23.0 xgrammar==0.2.9 yarl==1.25.1
 )
-if [[ ! -d "$DEST/vllm-$RELEASE/vllm" ]]; then
-  "$PY" -m pip install -q --no-deps --target "$DEST/vllm-$RELEASE" "vllm==$RELEASE"
+if [[ ! -d "$DEST/vllm-deps/transformers" ]]; then
+  "$PY" -m pip install -q --no-deps --target "$DEST/vllm-deps" "${DEPS[@]}"
 fi
-if [[ ! -d "$DEST/deps-$RELEASE/transformers" ]]; then
-  "$PY" -m pip install -q --no-deps --target "$DEST/deps-$RELEASE" "${DEPS[@]}"
-fi
-if [[ "${WITH_OLD_RELEASE:-0}" == 1 && ! -d "$DEST/vllm-0.10.2/vllm" ]]; then
-  "$PY" -m pip install -q --no-deps --target "$DEST/vllm-0.10.2" "vllm==0.10.2"
-fi
-VLLM_TARGET_DEVICE=cpu PYTHONPATH="$DEST/vllm-$RELEASE:$DEST/deps-$RELEASE" "$PY" -W ignore -c \
-  "from vllm.entrypoints.common.cli_args import make_arg_parser
+for release in "${RELEASES[@]}"; do
+  if [[ ! -d "$DEST/vllm-$release/vllm" ]]; then
+    "$PY" -m pip install -q --no-deps --target "$DEST/vllm-$release" "vllm==$release"
+  fi
+  VLLM_TARGET_DEVICE=cpu PYTHONPATH="$DEST/vllm-$release:$DEST/vllm-deps" "$PY" -W ignore -c \
+    "import vllm
+from vllm.entrypoints.common.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 make_arg_parser(FlexibleArgumentParser())
-print('vLLM $RELEASE parser ready')"
+assert vllm.__version__ == '$release', vllm.__version__
+print('vLLM $release parser ready')"
+done
+if [[ "${WITH_OLD_RELEASE:-1}" != 0 && ! -d "$DEST/vllm-$OLD_RELEASE/vllm" ]]; then
+  "$PY" -m pip install -q --no-deps --target "$DEST/vllm-$OLD_RELEASE" "vllm==$OLD_RELEASE"
+fi

@@ -67,10 +67,15 @@ _COMMON = (
     "--block-size",
 )
 
+#: Releases since the capture size became one number (0.34.0 only added flags autotune does not
+#: emit: --cache-aware-admission-*, --enable-extensible-kv-cache, --shuffle-safetensors-files, ...).
+_CAPTURE_SIZE = (*_COMMON, "--max-cudagraph-capture-size", "--attention-backend")
+
 #: Option strings of the releases autotune knows without asking them, read from their parsers.
 _TABLES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        "0.33.0": (*_COMMON, "--max-cudagraph-capture-size", "--attention-backend"),
+        "0.34.0": _CAPTURE_SIZE,
+        "0.33.0": _CAPTURE_SIZE,
         "0.10.2": (*_COMMON, "--cuda-graph-sizes"),
     }
 )

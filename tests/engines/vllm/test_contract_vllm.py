@@ -8,11 +8,15 @@ memory share, running-request cap, step token budget, CUDA-graph capture size, e
 all-reduce mode and the speculative configuration. autotune's flag table of the release is
 checked against the parser flag by flag, and the spelling the release refuses is refused.
 
-The parser is vLLM installed without its dependencies (``pip install --no-deps --target
-DIR/vllm-0.33.0 vllm==0.33.0``) beside the packages its import needs (``DIR/deps-0.33.0``), as
-``.ci/install-vllm-parser.sh DIR`` installs them,
-imported with ``VLLM_TARGET_DEVICE=cpu`` so that no GPU platform is probed. The tests find it in
-``AUTOTUNE_VLLM_PARSERS`` (default ``<repo>/.ci-venvs``) and skip when it is absent.
+The releases are the newest on the index (0.34.0) and the one before it (0.33.0), each
+installed without its dependencies (``pip install --no-deps --target DIR/vllm-0.34.0
+vllm==0.34.0``) beside the packages their import needs (``DIR/vllm-deps``), as
+``.ci/install-vllm-parser.sh DIR`` installs them, imported with ``VLLM_TARGET_DEVICE=cpu`` so that
+no GPU platform is probed; the speculative configuration the adapter writes is checked against
+the release's own ``SpeculativeConfig``. vLLM 0.10.2, whose capture size has another spelling,
+cannot build its parser without a GPU platform: its table is checked against its parser's source.
+The tests find the parsers in ``AUTOTUNE_VLLM_PARSERS`` (default ``<repo>/.ci-venvs``) and skip
+when they are absent, or fail with ``AUTOTUNE_REQUIRE_CONTRACT=1`` (as in CI).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -27,13 +32,16 @@ from typing import Any
 
 import pytest
 
+from autotune._knobs import ServerConfig
 from autotune.engines import EngineSpec, create_engine
 from autotune.engines.vllm import VLLMEngine, known_flags
 from autotune.engines.vllm._flags import detect_flags
+from autotune.engines.vllm._schedule import SCHEDULE_KEY
 from autotune.space import parse_space
 
 REPO = Path(__file__).resolve().parents[3]
-RELEASE = "0.33.0"
+#: The releases whose parsers the tests build: the newest on the index and the one before it.
+RELEASES = ("0.34.0", "0.33.0")
 MARKER = "VLLM-CONTRACT "
 PROPOSALS = 300
 
@@ -81,51 +89,72 @@ enqueue:
 """
 
 
-def _parser_paths() -> tuple[Path, Path]:
-    root = Path(os.environ.get("AUTOTUNE_VLLM_PARSERS", REPO / ".ci-venvs"))
-    vllm, deps = root / f"vllm-{RELEASE}", root / f"deps-{RELEASE}"
-    if not (vllm / "vllm").is_dir():
-        pytest.skip(
-            f"vLLM {RELEASE}'s parser is not installed under {root} (AUTOTUNE_VLLM_PARSERS)"
-        )
-    return vllm, deps
+def _root() -> Path:
+    return Path(os.environ.get("AUTOTUNE_VLLM_PARSERS") or REPO / ".ci-venvs")
 
 
-def _env() -> dict[str, str]:
-    vllm, deps = _parser_paths()
-    return {**os.environ, "PYTHONPATH": f"{vllm}{os.pathsep}{deps}", "VLLM_TARGET_DEVICE": "cpu"}
+def _absent(what: str) -> None:
+    """Skip, or fail where the contract is required (CI), because ``what`` is not installed."""
+    message = f"{what} is not installed under {_root()}: run .ci/install-vllm-parser.sh {_root()}"
+    if os.environ.get("AUTOTUNE_REQUIRE_CONTRACT", "") not in ("", "0", "false"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
-def _parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
+@pytest.fixture(scope="module", params=RELEASES)
+def release(request: pytest.FixtureRequest) -> str:
+    version: str = request.param
+    if not (_root() / f"vllm-{version}" / "vllm").is_dir():
+        _absent(f"vLLM {version}'s parser")
+    return version
+
+
+def _env(release: str) -> dict[str, str]:
+    path = os.pathsep.join([str(_root() / f"vllm-{release}"), str(_root() / "vllm-deps")])
+    return {**os.environ, "PYTHONPATH": path, "VLLM_TARGET_DEVICE": "cpu"}
+
+
+def _run(release: str, script: str, stdin: str = "") -> Any:
+    """Runs ``script`` with the release's vLLM importable; the JSON it prints after MARKER."""
     done = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", PARSE_SCRIPT],
-        input=json.dumps(argvs),
+        [sys.executable, "-W", "ignore", "-c", script],
+        input=stdin,
         capture_output=True,
         text=True,
-        env=_env(),
+        env=_env(release),
         timeout=300,
         check=False,
     )
     for line in done.stdout.splitlines():
         if line.startswith(MARKER):
-            results: list[dict[str, Any]] = json.loads(line[len(MARKER) :])
-            return results
-    raise AssertionError(f"vLLM's parser did not answer: {done.stderr[-2000:]}")
+            return json.loads(line[len(MARKER) :])
+    raise AssertionError(f"vLLM {release} did not answer: {done.stderr[-2000:]}")
+
+
+def _parse(release: str, argvs: list[list[str]]) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = _run(release, PARSE_SCRIPT, json.dumps(argvs))
+    return results
 
 
 def _serve_args(argv: tuple[str, ...]) -> list[str]:
     return list(argv[argv.index("serve") + 1 :])
 
 
-def test_hundreds_of_proposals_parse_and_mean_what_was_recorded() -> None:
-    space = parse_space(SPACE)
+def _engine(release: str) -> VLLMEngine:
+    space = parse_space(SPACE.replace('vllm_version: "0.33.0"', f'vllm_version: "{release}"'))
     engine = create_engine(space.engine)
-    assert isinstance(engine, VLLMEngine)
+    assert isinstance(engine, VLLMEngine) and engine.flags().version == release
+    return engine
+
+
+def test_hundreds_of_proposals_parse_and_mean_what_was_recorded(release: str) -> None:
+    space = parse_space(SPACE)
+    engine = _engine(release)
     configs = [space.config_for(p) for p in space.sample(PROPOSALS, seed=7)]
     configs = [c for c in configs if engine.check_rules(c) is None and engine.precheck(c) is None]
     assert len(configs) >= PROPOSALS * 0.9
     launches = [engine.build_launch(c, port=30000 + i) for i, c in enumerate(configs)]
-    results = _parse([_serve_args(launch.argv) for launch in launches])
+    results = _parse(release, [_serve_args(launch.argv) for launch in launches])
     assert len(results) == len(configs)
     for i, (config, result) in enumerate(zip(configs, results, strict=True)):
         assert result["code"] == 0, (config, result["stderr"])
@@ -151,23 +180,90 @@ def test_hundreds_of_proposals_parse_and_mean_what_was_recorded() -> None:
     assert methods == {"none", "EAGLE3", "EAGLE"}  # the sample covers every choice
 
 
-def test_the_flag_table_matches_the_release_and_its_refusals() -> None:
-    detected = detect_flags(sys.executable, env=_env())
-    assert detected.version == RELEASE
-    table = known_flags(RELEASE)
+def test_the_flag_table_matches_the_release_and_its_refusals(release: str) -> None:
+    detected = detect_flags(sys.executable, env=_env(release))
+    assert detected.version == release
+    table = known_flags(release)
     missing = sorted(flag for flag in table.options if not detected.has(flag))
-    assert not missing, f"autotune's table of vLLM {RELEASE} names flags its parser lacks"
+    assert not missing, f"autotune's table of vLLM {release} names flags its parser lacks"
     # the older spelling of the capture size is refused by this release
     assert not detected.has("--cuda-graph-sizes")
-    refused = _parse([["/m", "--cuda-graph-sizes", "64"]])[0]
+    refused = _parse(release, [["/m", "--cuda-graph-sizes", "64"]])[0]
     assert refused["code"] != 0 and "--cuda-graph-sizes" in refused["stderr"]
 
 
-def test_a_detected_engine_launches_what_the_parser_accepts() -> None:
-    _parser_paths()
-    spec = EngineSpec(kind="vllm", model_path="/m", check_paths=False, env=_env())
+def test_a_detected_engine_launches_what_the_parser_accepts(release: str) -> None:
+    spec = EngineSpec(kind="vllm", model_path="/m", check_paths=False, env=_env(release))
     engine = create_engine(spec)
-    assert engine.describe().startswith(f"vLLM {RELEASE} (detected from ")
+    assert engine.describe().startswith(f"vLLM {release} (detected from ")
+
+
+#: Validates ``--speculative-config`` objects against the release's own SpeculativeConfig: each
+#: key must be one of its fields, each value must validate as that field's declared type, and the
+#: method must be one the release names (the field's type also admits any string).
+SPEC_SCRIPT = r"""
+import dataclasses, json, sys, typing
+import pydantic
+from vllm.config import SpeculativeConfig
+from vllm.config.speculative import SpeculativeMethod
+hints = typing.get_type_hints(SpeculativeConfig, include_extras=True)
+fields = {f.name for f in dataclasses.fields(SpeculativeConfig)}
+def literals(tp):
+    if typing.get_origin(tp) is typing.Literal:
+        return {x for arg in typing.get_args(tp) for x in literals(arg)}
+    return {tp} if isinstance(tp, str) else set()
+methods = literals(SpeculativeMethod)
+results = []
+for obj in json.load(sys.stdin):
+    errors = []
+    for key, value in obj.items():
+        if key not in fields:
+            errors.append("no field %s" % key)
+            continue
+        if key == "method" and value not in methods:
+            errors.append("method %r is none of %s" % (value, sorted(methods)))
+        try:
+            pydantic.TypeAdapter(hints[key]).validate_python(value)
+        except Exception as e:
+            errors.append("%s=%r: %s" % (key, value, str(e).splitlines()[0]))
+    results.append(errors)
+print("MARKER" + json.dumps(results))
+""".replace("MARKER", MARKER)
+
+
+def test_the_speculative_configs_are_the_releases_own(release: str) -> None:
+    """Every ``--speculative-config`` the adapter writes (each method, the draft's TP size, the
+    per-load schedule of speculative tokens) has only fields of the release's SpeculativeConfig,
+    with values its declared types accept; a misspelt method and a malformed schedule are refused,
+    so the check can fail."""
+    engine = _engine(release)
+    base = {"gpu_memory_utilization": 0.9, "cuda_graph_max_bs": 64, "tp_size": 2}
+    chains = {
+        steps: ServerConfig(speculative_algorithm=method, speculative_num_steps=steps, **base)
+        for method, steps in (("EAGLE3", 5), ("EAGLE", 3), ("EAGLE3", 2))
+    }
+    objects = [
+        _speculative_config(engine.build_launch(config, port=30000).argv)
+        for config in chains.values()
+    ]
+    plan = engine.load_schedule(
+        [(1, chains[5]), (16, chains[2]), (64, ServerConfig(**base))],  # type: ignore[arg-type]
+        chains[2],
+    )
+    assert plan.expressible and plan.command is not None, plan.reason
+    words = shlex.split(plan.command)
+    scheduled = json.loads(words[words.index("--speculative-config") + 1])
+    assert SCHEDULE_KEY in scheduled
+    objects += [scheduled, {**objects[0], "method": "eagle-3"}, {**scheduled, SCHEDULE_KEY: 3}]
+    results = _run(release, SPEC_SCRIPT, json.dumps(objects))
+    assert results[:-2] == [[]] * (len(objects) - 2)
+    assert results[-2] and "method 'eagle-3'" in results[-2][0]
+    assert results[-1] and results[-1][0].startswith(SCHEDULE_KEY)
+
+
+def _speculative_config(argv: tuple[str, ...]) -> dict[str, Any]:
+    config: dict[str, Any] = json.loads(argv[argv.index("--speculative-config") + 1])
+    return config
 
 
 #: The older release whose table the adapter has, and the flags of its ``vllm serve`` parser.
@@ -197,10 +293,9 @@ def test_the_older_release_table_matches_its_parser_source() -> None:
     """vLLM 0.10.2's parser cannot be built without a GPU platform (that release picks its CPU
     platform only for a CPU build or on macOS), so its table is checked against the source of
     its parser definition instead."""
-    root = Path(os.environ.get("AUTOTUNE_VLLM_PARSERS", REPO / ".ci-venvs"))
-    package = root / f"vllm-{OLD_RELEASE}" / "vllm"
+    package = _root() / f"vllm-{OLD_RELEASE}" / "vllm"
     if not (package / "engine" / "arg_utils.py").is_file():
-        pytest.skip(f"vLLM {OLD_RELEASE}'s source is not under {root} (AUTOTUNE_VLLM_PARSERS)")
+        _absent(f"vLLM {OLD_RELEASE}'s source")
     flags = _source_flags(package)
     assert len(flags) > 100  # the whole parser was read, not a fragment
     table = known_flags(OLD_RELEASE)

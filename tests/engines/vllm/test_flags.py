@@ -41,7 +41,7 @@ def test_a_report_becomes_flags_with_choices() -> None:
 
 
 def test_the_tables_differ_in_the_graph_size_flag() -> None:
-    assert set(known_releases()) == {"0.33.0", "0.10.2"}
+    assert set(known_releases()) == {"0.34.0", "0.33.0", "0.10.2"}
     assert known_flags("0.33.0").has("--max-cudagraph-capture-size")
     assert known_flags("0.10.2").has("--cuda-graph-sizes")
     assert not known_flags("0.10.2").has("--max-cudagraph-capture-size")
