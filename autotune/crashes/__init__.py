@@ -21,6 +21,8 @@ from autotune.crashes._module_rules import LineMarks, LineRules, ModuleCrashRule
 from autotune.crashes._ruleset import (
     CAUSE_PRIORITY,
     CRASH_CATEGORIES,
+    CUDA_ERROR,
+    CUSTOM_ALL_REDUCE,
     HEALTHY_CATEGORIES,
     TAG_DRAFT,
     TAG_LOADING,
@@ -32,6 +34,8 @@ from autotune.crashes._ruleset import (
 __all__ = [
     "CAUSE_PRIORITY",
     "CRASH_CATEGORIES",
+    "CUDA_ERROR",
+    "CUSTOM_ALL_REDUCE",
     "HEALTHY_CATEGORIES",
     "TAG_DRAFT",
     "TAG_LOADING",

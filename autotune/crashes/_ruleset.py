@@ -80,6 +80,16 @@ _STATEMENT = re.compile(
     r"(?:\s*:\s*[\w.\[\], ]+)?(?:\s+[-+*/|&]?=\s|\())"
 )
 _C10_ERROR = re.compile(r"^\s*\[E\d{4}")
+#: A CUDA runtime error as PyTorch, a kernel library or a C++ check reports it: "CUDA error: an
+#: illegal memory access was encountered", "Cuda error /workspace/csrc/custom_all_reduce.cuh:164
+#: 'invalid argument'", "CUDA error (csrc/get_mla_metadata.cu:93): ...", "cudaErrorIllegalAddress",
+#: "CUDA_ERROR_LAUNCH_FAILED". What it means depends on when it came: while CUDA graphs were being
+#: captured it is that capture failing (an engine's rules decide; the more specific causes, out of
+#: memory or no kernel image for the GPU, are read first).
+CUDA_ERROR = re.compile(r"\bCUDA error\b|\bcudaError[A-Z]\w*|\bCUDA_ERROR_[A-Z_]+", re.I)
+#: Custom all-reduce named in a failing line (its CUDA source, its Python module, the registration
+#: of a captured graph's buffers): an all-reduce mode an engine can switch off.
+CUSTOM_ALL_REDUCE = re.compile(r"custom[_ ]all[_-]?reduce|\b(?:register|get)_graph_buffer", re.I)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from autotune.crashes import (
 )
 from autotune.engines.sglang._crash_advice import advise
 
-from ._data import ISSUES, REAL, UNSEEN, classify_file, classify_text
+from ._data import DATA, ISSUES, REAL, UNSEEN, classify_file, classify_text
 
 
 def test_every_category_has_advice() -> None:
@@ -120,3 +120,17 @@ def test_slots_running_out_while_serving_advise_the_request_limit_not_less_memor
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
     )
     assert activations.advice.startswith("lower --mem-fraction-static")
+
+
+def test_a_capture_failing_in_custom_all_reduce_advises_turning_it_off() -> None:
+    for name in (
+        "h24_custom_allreduce_ipc_meta_invalid_argument.log",
+        "h25_capture_failed_runtime_check_memory_saver.log",
+        "h26_register_graph_buffers_frame_only.log",
+    ):
+        verdict = classify_file(DATA / "heldout" / name)
+        assert verdict.category == "graph_capture_other"
+        assert "--disable-custom-all-reduce" in verdict.advice, name
+    # another capture failure keeps the general advice
+    other = classify_text("Exception: Capture cuda graph failed: mat_a must be bf16\n")
+    assert "--disable-custom-all-reduce" not in other.advice

@@ -3,12 +3,13 @@ collected after the rules were written) and ``data/heldout2`` (14 logs, collecte
 were changed for the first set), ``data/heldout3`` (14 logs of 2025-2026, collected after the
 second round of changes), ``data/heldout4`` (9 logs, collected after the third),
 ``data/heldout5`` (11 logs, seven of them healthy, collected after the fourth) and
-``data/heldout6`` (6 logs, collected after the fifth), each measured before any rule was changed
-for it.
+``data/heldout6`` (6 logs, collected after the fifth) and ``data/heldout7`` (8 logs, collected
+after the sixth), each measured before any rule was changed for it.
 
 Each log must read as its thread says, except the listed misses, which must read exactly as
 listed: a rule change that fixes one or breaks another shows up here. The misses are excerpts
-that end before their error line (or, for heldout4's p02, a hang that prints none).
+that end before their error line (or, for heldout4's p02, a hang that prints none; heldout7's
+s07 ends as capture begins, before the assertion its title names).
 """
 
 from __future__ import annotations
@@ -81,6 +82,16 @@ SETS = (
     ),
     # measured 2/6 with r05 first labelled ready; 3/6 with its label corrected (README)
     HeldOut("heldout6", 6, {}, before=3, now=6),
+    HeldOut(
+        "heldout7",
+        8,
+        {
+            "s07_kt_dsv32_blackwell_capture_begin_no_error.log": "starting",
+            "s08_dsv3_awq_capture_failed_scheduler_frames_cut.log": "other_crash",
+        },
+        before=6,
+        now=6,
+    ),
 )
 LOGS = [(s, item) for s in SETS for item in labels(DATA / s.folder)]
 
@@ -107,6 +118,7 @@ def test_the_set_is_real_new_and_labelled(held: HeldOut) -> None:
             "heldout4",
             "heldout5",
             "heldout6",
+            "heldout7",
         )
         if n != held.folder
     ]

@@ -360,3 +360,17 @@ def test_nvshmem_failing_to_connect_the_gpus_reads_as_a_communication_failure() 
         assert verdict.category == "nccl_error", line
         assert "NVSHMEM" in verdict.advice and "--moe-a2a-backend" in verdict.advice
     assert _read("[2026-01-01 00:00:00] NVSHMEM symmetric heap size 1 GiB\n") == "starting"
+
+
+def test_a_cuda_error_while_graphs_are_captured_is_a_capture_failure() -> None:
+    begin = (
+        "[2026-03-17 07:16:11 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
+    )
+    illegal = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    assert _read(begin + illegal) == "graph_capture_other"
+    end = "[2026-03-17 07:16:38 TP0] Capture cuda graph end. Time elapsed: 27.41 s.\n"
+    assert _read(illegal) == "other_crash"
+    assert _read(begin + end + illegal) == "other_crash"
+    # a GPU the kernel was not built for keeps its own category, inside capture too
+    arch = "CUDA error (csrc/get_mla_metadata.cu:93): no kernel image is available for execution\n"
+    assert _read(begin + arch) == "unsupported_arch"

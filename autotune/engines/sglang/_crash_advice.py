@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from autotune.crashes import TAG_LOADING, AdviceContext
+from autotune.crashes import CUSTOM_ALL_REDUCE, TAG_LOADING, AdviceContext
 from autotune.engines.sglang import _crash_memory as memory
 from autotune.engines.sglang._crash_rules import (
     TAG_KERNEL,
@@ -140,6 +140,12 @@ def _arch(ctx: AdviceContext) -> str:
 
 def _capture_other(ctx: AdviceContext) -> str:
     which = "the EAGLE draft model's " if ctx.draft else ""
+    if CUSTOM_ALL_REDUCE.search(ctx.evidence or ""):
+        return (
+            f"{which}CUDA-graph capture failed in custom all-reduce (its CUDA kernels or the "
+            "registration of the captured graphs' buffers), so memory settings will not help: "
+            "run with --disable-custom-all-reduce, or without CUDA graphs"
+        )
     return (
         f"{which}CUDA-graph capture failed for a reason other than memory, so lowering "
         "--mem-fraction-static or the graph batch size will not help: drop the option that "

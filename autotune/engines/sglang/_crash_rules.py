@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from autotune.crashes import TAG_LOADING, LineMarks
+from autotune.crashes import CUDA_ERROR, TAG_LOADING, LineMarks
 from autotune.engines.sglang import _crash_memory as memory
 from autotune.engines.sglang._crash_frames import TAG_ARGS as TAG_ARGS
 from autotune.engines.sglang._crash_frames import TAG_CAPTURE as TAG_CAPTURE
@@ -241,6 +241,11 @@ def specific_cause(
     m = _ARGPARSE.search(line)
     if m is not None:
         return "bad_args", m.start()
+    # any other CUDA error while CUDA graphs were being captured (not while loading weights) is
+    # that capture failing, as when SGLang wraps it in "Capture cuda graph failed"
+    m = CUDA_ERROR.search(line)
+    if m is not None and capture_phase and TAG_LOADING not in tags:
+        return "graph_capture_other", m.start()
     if exception is not None:
         return _from_context(exception, tags)
     return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from autotune.crashes import TAG_LOADING, LineMarks
+from autotune.crashes import CUDA_ERROR, TAG_LOADING, LineMarks
 
 TAG_CAPTURE = "capture"
 TAG_PROFILE = "profile"
@@ -36,6 +36,16 @@ KV_CACHE = re.compile(
     r"|Insufficient memory for the KV cache|num_gpu_blocks\s*(?:=|is)\s*0\b"
     # the engine's own count of KV-cache blocks (older engine) or tokens (v1) at zero
     r"|# GPU blocks: 0\b|GPU KV cache size: 0 tokens",
+    re.I,
+)
+#: The memory profile leaving the KV cache nothing, or less than nothing: vLLM's "Available KV cache
+#: memory: -1.08 GiB", the older engine's "the rest of the memory reserved for KV Cache is 0.00GiB"
+#: and "kv_cache_size=-0.52GiB", vLLM-Ascend's worker "Available memory: 0, total memory: ...".
+#: No cache block fits in such a budget, so the start-up fails whatever follows (the ValueError
+#: that says so is often cut off an excerpt).
+KV_NONPOSITIVE = re.compile(
+    r"(?:\bAvailable (?:KV cache )?memory:|reserved for KV Cache is|\bkv_cache_size\s*=)"
+    r"\s*(?:-\s*\d|0(?:\.0+)?(?![.\d]))",
     re.I,
 )
 #: The part of a KV-cache message that says the model's length is what does not fit.
@@ -188,7 +198,7 @@ def specific_cause(
 ) -> tuple[str, int] | None:
     """The crash category a non-warning line names by itself or with its traceback's frames,
     and where in the line the deciding text starts."""
-    m = KV_CACHE.search(line)
+    m = KV_CACHE.search(line) or KV_NONPOSITIVE.search(line)
     if m is not None:
         return "oom_kv_pool", m.start()
     m = FREE_MEMORY.search(line)
@@ -218,6 +228,12 @@ def specific_cause(
     m = _ARGPARSE.search(line) or _VALIDATION.search(line)
     if m is not None:
         return "bad_args", m.start()
+    # any other CUDA error while CUDA graphs were being captured (not in the profiling run nor the
+    # weights' loading) is that capture failing: an illegal access in a kernel run for capture,
+    # custom all-reduce failing to register the captured graphs' buffers
+    m = CUDA_ERROR.search(line)
+    if m is not None and capture_phase and not tags & {TAG_PROFILE, TAG_LOADING}:
+        return "graph_capture_other", m.start()
     if exception is not None:
         return _from_context(exception, tags, capture_phase)
     return None

@@ -13,7 +13,13 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from autotune.crashes import AdviceContext, LineRules, ModuleCrashRules, Progress
+from autotune.crashes import (
+    CUSTOM_ALL_REDUCE,
+    AdviceContext,
+    LineRules,
+    ModuleCrashRules,
+    Progress,
+)
 from autotune.engines.vllm import _crash_rules as rules
 
 _READY = "Application startup complete"
@@ -94,6 +100,8 @@ class VLLMCrashRules(ModuleCrashRules):
             return Progress("capture_end", "CUDA graphs captured")
         if _CAPTURE_BEGIN.search(line):
             return Progress("capture_begin", "capturing CUDA graphs")
+        if rules.KV_NONPOSITIVE.search(line):
+            return None  # a KV-cache budget of zero or less is no step but the failure itself
         return self.step(line)
 
     def advise(self, ctx: AdviceContext) -> str:
@@ -137,6 +145,11 @@ def advise(ctx: AdviceContext) -> str:
             "GPU."
         )
     if category == "graph_capture_other":
+        if CUSTOM_ALL_REDUCE.search(evidence):
+            return (
+                "CUDA-graph capture failed in custom all-reduce (not for memory): run with "
+                "--disable-custom-all-reduce, or --enforce-eager."
+            )
         return "CUDA-graph capture failed (not for memory): run with --enforce-eager to confirm."
     if category == "unsupported_arch":
         return "A kernel does not support this GPU: choose another attention backend or method."

@@ -158,3 +158,46 @@ def test_a_taken_port_in_words_and_nvshmem_failing_to_connect() -> None:
     assert classify_text(taken, VLLM_CRASH_RULES).category == "port_in_use"
     nvshmem = "/x/init.cu:1007: non-zero status: 7 nvshmem setup connections failed\n"
     assert classify_text(nvshmem, VLLM_CRASH_RULES).category == "nccl_error"
+
+
+def test_a_memory_profile_that_leaves_the_kv_cache_nothing_is_a_kv_pool_failure() -> None:
+    # vLLM-Ascend's worker, vLLM's own profile, the older engine's summary: zero or less left
+    for line in (
+        "(Worker_TP0 pid=552) INFO 10-28 21:14:49 [worker_v1.py:259] Available memory: 0, "
+        "total memory: 65452113920\n",
+        "(EngineCore_DP0 pid=387) INFO 03-08 16:44:29 [gpu_worker.py:456] Available KV cache "
+        "memory: -1.08 GiB\n",
+        "INFO 04-15 00:05:58 [worker.py:267] model weights take 34.43GiB; the rest of the memory "
+        "reserved for KV Cache is 0.00GiB.\n",
+        "Memory profiling results: total_gpu_memory=23.58GiB kv_cache_size=-0.52GiB "
+        "gpu_memory_utilization=0.90\n",
+    ):
+        verdict = classify_text(line, VLLM_CRASH_RULES)
+        assert verdict.category == "oom_kv_pool", line
+        assert "raise gpu_memory_utilization" in verdict.advice
+    # a small but positive budget, and the healthy summary's suggested negative size, are no crash
+    for line in (
+        "INFO 03-08 16:44:29 [gpu_worker.py:456] Available KV cache memory: 0.82 GiB\n",
+        "INFO 08-07 23:22:57 [gpu_worker.py:789] Replace gpu_memory_utilization config with "
+        "`--kv-cache-memory=-1160530022` (-1.08 GiB) to fit into requested memory\n",
+    ):
+        assert classify_text(line, VLLM_CRASH_RULES).category == "starting", line
+
+
+def test_a_cuda_error_while_graphs_are_captured_is_a_capture_failure() -> None:
+    capture = "Capturing CUDA graphs (FULL): 50%|█████ | 1/2 [00:00<00:00, 5.53it/s]\n"
+    failed = "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'\n"
+    verdict = classify_text(capture + failed, VLLM_CRASH_RULES)
+    assert verdict.category == "graph_capture_other"
+    assert "--disable-custom-all-reduce" in verdict.advice
+    illegal = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    assert classify_text(capture + illegal, VLLM_CRASH_RULES).category == "graph_capture_other"
+    # out of memory and a GPU the kernel was not built for keep their own categories
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.\n"
+    assert classify_text(capture + oom, VLLM_CRASH_RULES).category == "oom_cuda_graph"
+    arch = "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    assert classify_text(capture + arch, VLLM_CRASH_RULES).category == "unsupported_arch"
+    # the same CUDA error outside capture, or once capture finished, is no capture failure
+    done = "INFO 08-07 23:22:57 [gpu_model_runner.py:6905] Graph capturing finished in 22 secs\n"
+    assert classify_text(illegal, VLLM_CRASH_RULES).category == "other_crash"
+    assert classify_text(capture + done + illegal, VLLM_CRASH_RULES).category == "other_crash"
