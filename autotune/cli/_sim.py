@@ -1,4 +1,4 @@
-"""``autotune sim``: run the simulated SGLang server, or ask its model directly."""
+"""``autotune sim``: run the simulated SGLang or vLLM server, or ask its model directly."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from autotune._errors import ConfigError
 
 app = typer.Typer(
     no_args_is_help=True,
-    help="The simulated SGLang server: start one, or evaluate a configuration without one.",
+    help="The simulated SGLang or vLLM server: start one, or evaluate a configuration without one.",
 )
 
 _DEFAULT_PROFILE = "rtxpro6000x8-kimi-k2.5"
@@ -38,6 +38,13 @@ def evaluate(
     workload: str | None = typer.Option(
         None, "--workload", metavar="NAME", help="a workload of the profile (default: its own)"
     ),
+    engine: str = typer.Option(
+        "sglang",
+        "--engine",
+        metavar="ENGINE",
+        help="whose rules start the server: sglang (mem_fraction_static, EAGLE trees) or vllm "
+        "(gpu_memory_utilization, one draft chain)",
+    ),
     param: list[str] = typer.Option(  # noqa: B008
         [], "--param", metavar="KNOB=VALUE", help="canonical knob name and value (repeatable)"
     ),
@@ -48,19 +55,24 @@ def evaluate(
 ) -> None:
     """Print the model's verdict for one configuration, without starting a server."""
     from autotune._knobs import ServerConfig
-    from autotune.sim._model import SimModel
+    from autotune.sim._model import ENGINES, SimModel
     from autotune.sim._profile import load_profile
 
+    if engine not in ENGINES:
+        raise ConfigError(
+            f"no simulated engine {engine!r}", source="--engine", hint="use " + " or ".join(ENGINES)
+        )
     params = _pairs(param, "--param")
     environment = _pairs(env, "--env")
     config = ServerConfig.from_params(params, source="--param")
     loaded = load_profile(profile)
     spec = loaded.workload(workload)
-    verdict = SimModel(loaded).evaluate(config, spec, env=environment)
+    verdict = SimModel(loaded, engine=engine).evaluate(config, spec, env=environment)
     data = dataclasses.asdict(verdict)
     data.pop("requests", None)  # one tuple per request: not for the terminal
     if as_json:
         data["profile"] = loaded.name
+        data["engine"] = engine
         data["workload"] = spec.name
         data["config"] = config.to_params()
         typer.echo(json.dumps(data, indent=2, sort_keys=True))

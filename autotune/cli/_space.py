@@ -19,13 +19,15 @@ def check(
     path: Annotated[Path, typer.Argument(help="The space file, e.g. search_spaces/eagle3.yaml.")],
     proposals: Annotated[
         int,
-        typer.Option(min=1, max=100_000, help="Random proposals to test against SGLang's rules."),
+        typer.Option(
+            min=1, max=100_000, help="Random proposals to test against the engine's rules."
+        ),
     ] = 1000,
     seed: Annotated[
         int, typer.Option(min=0, max=2**32 - 1, help="Seed of the random proposals.")
     ] = 0,
 ) -> None:
-    """Validate a space file, summarise it, and count proposals SGLang's rules refuse."""
+    """Validate a space file, summarise it, and count proposals the engine's rules refuse."""
     from autotune.engines import create_engine
     from autotune.space import load_space
 
@@ -43,8 +45,8 @@ def check(
     refused = sum(reasons.values())
     share = refused / len(samples)
     typer.echo(
-        f"SGLang's rules refuse {refused} of {len(samples)} random proposals ({share:.0%}); "
-        "refused proposals are recorded as infeasible without starting a server."
+        f"{engine.family}'s rules refuse {refused} of {len(samples)} random proposals "
+        f"({share:.0%}); refused proposals are recorded as infeasible without starting a server."
     )
     for (rule, knob), count in reasons.most_common():
         typer.echo(f"  {count:>6}  {rule} ({knob})")

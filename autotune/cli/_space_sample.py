@@ -38,7 +38,7 @@ def sample(
 ) -> None:
     """Print the exact launch command of N random proposals, one per line (secrets redacted).
 
-    Proposals that SGLang's rules or the engine release refuse are printed as
+    Proposals that the engine's rules or its release refuse are printed as
     ``# refused (<category>): <reason>`` lines, so that the count stays N.
     """
     from autotune.space import load_space

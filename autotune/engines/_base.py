@@ -59,6 +59,8 @@ class Engine(abc.ABC):
     """
 
     kind: str = ""
+    #: The engine whose command line and rules this adapter speaks, for messages ("SGLang").
+    family: ClassVar[str] = "the engine"
     #: ``engine.model_path`` when the space leaves it out; ``None``: the space must name it.
     default_model_path: ClassVar[str | None] = None
     #: The speculative numbers this engine takes, all set or none (SGLang's three; vLLM's one

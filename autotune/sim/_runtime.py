@@ -120,6 +120,11 @@ class ServingRuntime:
         self._decode_steps = 0
         self._window = _Window(time.monotonic())
 
+    def crash_lines(self) -> tuple[str, ...]:
+        """What the imitated server's scheduler prints when a CUDA error kills it while serving
+        (the ``crash_mid_benchmark`` fault)."""
+        return cuda_crash_lines(SITE_PACKAGES)
+
     def new_metrics(self) -> ServerMetrics:
         """The metrics behind ``/metrics`` (SGLang's names)."""
         return ServerMetrics(speculative=self.speculative, num_draft_tokens=self.num_draft_tokens)
@@ -222,7 +227,7 @@ class ServingRuntime:
             if crash:
                 # let the last response reach its client, then die as a crashed scheduler does
                 await asyncio.sleep(0.01)
-                self.on_fatal(cuda_crash_lines(SITE_PACKAGES), 1)
+                self.on_fatal(self.crash_lines(), 1)
                 return
             begin = deadline
             finished = sum(1 for ev in result.events if ev.finished)

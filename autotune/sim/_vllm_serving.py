@@ -33,7 +33,7 @@ from autotune.sim._server import SimServer
 from autotune.sim._types import StepResult
 from autotune.sim._vllm_args import resolve_vllm_launch
 from autotune.sim._vllm_log import api, engine
-from autotune.sim._vllm_startup import VERSION
+from autotune.sim._vllm_startup import PACKAGE, VERSION
 
 #: Seconds between two statistics lines of the serving engine (vLLM's default interval).
 STATS_INTERVAL_S = 10.0
@@ -43,6 +43,28 @@ _ROUTES = ("/health", "/version", "/v1/models", "/v1/completions", "/v1/chat/com
 
 class VLLMRuntime(ServingRuntime):
     """The serving loop with vLLM's ``vllm:`` metrics and its periodic statistics lines."""
+
+    def crash_lines(self) -> tuple[str, ...]:
+        """vLLM's engine core hitting a CUDA error in the model's forward while serving."""
+        core = f"{PACKAGE}/v1/engine/core.py"
+        return (
+            "Traceback (most recent call last):",
+            f'  File "{core}", line 1022, in run_engine_core',
+            "    engine_core.run_busy_loop()",
+            f'  File "{core}", line 1049, in run_busy_loop',
+            "    self._process_engine_step()",
+            f'  File "{core}", line 1074, in _process_engine_step',
+            "    outputs, model_executed = self.step_fn()",
+            f'  File "{core}", line 448, in step',
+            "    model_output = self.model_executor.execute_model(scheduler_output)",
+            f'  File "{PACKAGE}/v1/worker/gpu_model_runner.py", line 3387, in execute_model',
+            "    model_output = self._model_forward(",
+            "torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+            "stacktrace below might be incorrect.",
+            "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+            "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+        )
 
     def new_metrics(self) -> ServerMetrics:
         # the chain's length: every verify pass checks num_speculative_tokens drafted tokens

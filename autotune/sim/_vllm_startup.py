@@ -19,7 +19,8 @@ from autotune.sim._vllm_log import api, bare, engine
 from autotune.sim._vllm_memory import VLLMMemory, gib2, plan_vllm_memory
 
 VERSION = "0.33.0"
-_PKG = "/usr/local/lib/python3.12/dist-packages/vllm"
+#: Where vLLM lies in the paths of its tracebacks.
+PACKAGE = "/usr/local/lib/python3.12/dist-packages/vllm"
 #: Seconds of Dynamo's bytecode transform and Inductor's compilation of a cached graph (choice).
 _COMPILE_S = 14.0
 _KV_ADVICE = (
@@ -28,19 +29,19 @@ _KV_ADVICE = (
 )
 _CORE_FRAMES = (
     "Traceback (most recent call last):\n"
-    f'  File "{_PKG}/v1/engine/core.py", line 1011, in run_engine_core\n'
+    f'  File "{PACKAGE}/v1/engine/core.py", line 1011, in run_engine_core\n'
     "    engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)\n"
-    f'  File "{_PKG}/v1/engine/core.py", line 768, in __init__\n'
+    f'  File "{PACKAGE}/v1/engine/core.py", line 768, in __init__\n'
     "    super().__init__(\n"
-    f'  File "{_PKG}/v1/engine/core.py", line 112, in __init__\n'
+    f'  File "{PACKAGE}/v1/engine/core.py", line 112, in __init__\n'
 )
 _API_FAILURE = (
     "Traceback (most recent call last):\n"
     '  File "/usr/local/bin/vllm", line 10, in <module>\n'
     "    sys.exit(main())\n"
-    f'  File "{_PKG}/entrypoints/cli/serve.py", line 60, in cmd\n'
+    f'  File "{PACKAGE}/entrypoints/cli/serve.py", line 60, in cmd\n'
     "    uvloop.run(run_server(args))\n"
-    f'  File "{_PKG}/v1/engine/utils.py", line 1006, in wait_for_engine_startup\n'
+    f'  File "{PACKAGE}/v1/engine/utils.py", line 1006, in wait_for_engine_startup\n'
     "    raise RuntimeError(\n"
     "RuntimeError: Engine core initialization failed. See root cause above. "
     "Failed core proc(s): {}"
@@ -212,11 +213,11 @@ class VLLMStartupPlanner:
         frames = (
             f"{_CORE_FRAMES}"
             "    num_gpu_blocks, num_cpu_blocks, kv_cache_config = self._initialize_kv_caches(\n"
-            f'  File "{_PKG}/v1/engine/core.py", line 238, in _initialize_kv_caches\n'
+            f'  File "{PACKAGE}/v1/engine/core.py", line 238, in _initialize_kv_caches\n'
             "    kv_cache_configs = get_kv_cache_configs(vllm_config, kv_cache_specs,\n"
-            f'  File "{_PKG}/v1/core/kv_cache_utils.py", line 1243, in get_kv_cache_configs\n'
+            f'  File "{PACKAGE}/v1/core/kv_cache_utils.py", line 1243, in get_kv_cache_configs\n'
             "    check_enough_kv_cache_memory(vllm_config, kv_cache_spec_one_worker,\n"
-            f'  File "{_PKG}/v1/core/kv_cache_utils.py", line 716, in '
+            f'  File "{PACKAGE}/v1/core/kv_cache_utils.py", line 716, in '
             "check_enough_kv_cache_memory\n"
             "    raise ValueError(\n"
             f"{line}"
@@ -228,18 +229,18 @@ class VLLMStartupPlanner:
         if loading:
             need = m.context_gib + m.target_weights_gib + m.draft_weights_gib - m.total_gib
             where = (
-                f'  File "{_PKG}/model_executor/model_loader/base_loader.py", line 49, in '
+                f'  File "{PACKAGE}/model_executor/model_loader/base_loader.py", line 49, in '
                 "load_model\n    model = initialize_model(vllm_config=vllm_config,\n"
-                f'  File "{_PKG}/model_executor/layers/linear.py", line 228, in create_weights\n'
+                f'  File "{PACKAGE}/model_executor/layers/linear.py", line 228, in create_weights\n'
                 "    weight = Parameter(torch.empty(sum(output_partition_sizes),\n"
             )
             free_mib = 18.0
         else:
             need = m.graph_gib - mem.graph_estimate_gib - m.free_after_static_gib
             where = (
-                f'  File "{_PKG}/v1/worker/gpu_model_runner.py", line 4560, in capture_model\n'
+                f'  File "{PACKAGE}/v1/worker/gpu_model_runner.py", line 4560, in capture_model\n'
                 "    self._capture_cudagraphs(\n"
-                f'  File "{_PKG}/compilation/cuda_graph.py", line 205, in __call__\n'
+                f'  File "{PACKAGE}/compilation/cuda_graph.py", line 205, in __call__\n'
                 "    with torch.cuda.graph(cudagraph, pool=self.graph_pool):\n"
             )
             free_mib = max(2.0, m.free_after_static_gib * 1024 * 0.02)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any
 
 import pytest
 
+from autotune._knobs import ServerConfig
 from autotune.cli import main
+from autotune.engines import EngineSpec, SimOptions, create_engine
 
 from ._procs import SEED_MODEL, SEED_PROFILE, SimLauncher
 
@@ -69,6 +72,39 @@ def test_crash_verdict_names_the_line_the_server_prints(
     assert data["failure_line"] in log.splitlines()
 
 
+def test_vllms_rules_start_the_server_with_engine_vllm(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--engine vllm``: vLLM's memory rule (a share of the whole GPU) and its own crash line,
+    the very line the simulated vLLM server prints for the same configuration."""
+    knobs = ("speculative_algorithm=EAGLE3", "speculative_num_steps=3", "tp_size=1")
+    profile = ("--profile", "h100-llama-3.1-8b", "--engine", "vllm", "--json")
+
+    def vllm(share: float) -> dict[str, Any]:
+        code, out, err = run_eval(
+            capsys, *profile, *params(*knobs, f"gpu_memory_utilization={share}")
+        )
+        assert code == 0, err
+        data: dict[str, Any] = json.loads(out)
+        assert data["engine"] == "vllm"
+        return data
+
+    ok, starved = vllm(0.9), vllm(0.2)
+    assert ok["status"] == "ok" and ok["accept_length"] > 1
+    assert (
+        starved["status"] == "oom_kv_pool" and "gpu_memory_utilization" in starved["failure_line"]
+    )
+    spec = EngineSpec(
+        kind="sim-vllm",
+        model_path="meta-llama/Llama-3.1-8B-Instruct",
+        draft_model_path="/models/eagle3",
+        sim=SimOptions(profile="h100-llama-3.1-8b", time_scale=0.0001, noise=0.0),
+    )
+    config = ServerConfig.from_params(dict(k.split("=") for k in knobs), source="test")
+    argv = create_engine(spec).build_launch(config.replace(gpu_memory_utilization=0.2), port=0)
+    done = subprocess.run(argv.argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert starved["failure_line"] in done.stdout + done.stderr
+
+
 def test_readable_summary(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_eval(capsys, "--profile", "h100-llama-3.1-8b", "--workload", "chat-c16")
     assert code == 0
@@ -97,6 +133,7 @@ def test_readable_summary(capsys: pytest.CaptureFixture[str]) -> None:
         (["--env", "NCCL_ALGO"], "expected NAME=VALUE"),
         (["--workload", "nope"], "has no workload 'nope'"),
         (["--profile", "nope"], "unknown simulator profile 'nope'"),
+        (["--engine", "vlm"], "no simulated engine 'vlm'"),
     ],
 )
 def test_mistakes_are_clear_messages_with_exit_2(

@@ -144,3 +144,20 @@ def test_a_start_that_crashes_exits_with_a_log_vllms_rules_classify(
     verdict = classify_text(log, VLLM_CRASH_RULES)
     assert (verdict.category, verdict.is_crash) == (category, True), log[-2000:]
     assert "gpu_memory_utilization" in verdict.advice
+
+
+def test_a_crash_while_serving_is_vllms_engine_core_dying(sim: SimLauncher) -> None:
+    """A CUDA error in the forward while serving: vLLM's engine-core traceback and dead-engine
+    records (never SGLang's scheduler frames), read by vLLM's rules as a crash of that line."""
+    faults = dataclasses.replace(SPEC.sim, faults=("crash_mid_benchmark:2",))
+    server = launch(sim, EAGLE, spec=dataclasses.replace(SPEC, sim=faults))
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        for _ in range(2):
+            c.post("/v1/completions", json={"prompt": "tell me", "max_tokens": 8})
+    assert server.wait_exit(30) == 1
+    log = server.log()
+    assert "EngineCore encountered a fatal error." in log and "EngineDeadError" in log
+    assert "vllm/v1/engine/core.py" in log and "/sglang/" not in log
+    verdict = classify_text(log, VLLM_CRASH_RULES)
+    assert verdict.is_crash, log[-2000:]
+    assert verdict.evidence is not None and "illegal memory access" in verdict.evidence

@@ -23,7 +23,8 @@ def test_shipped_spaces_check_clean(path: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     space = load_space(path)
     assert f"space {space.name}" in out
-    assert re.search(r"SGLang's rules refuse \d+ of 1000 random proposals", out)
+    family = "vLLM" if space.engine.kind in ("vllm", "sim-vllm") else "SGLang"
+    assert re.search(rf"{family}'s rules refuse \d+ of 1000 random proposals", out)
     assert f"valid (fingerprint {space.fingerprint()})" in out
 
 

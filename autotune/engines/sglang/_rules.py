@@ -319,6 +319,8 @@ class SGLangRules(Engine):
     cap, the flags the tuner owns, and how its log, readiness and HTTP routes are read (the
     simulated server speaks all of them as SGLang does)."""
 
+    family = "SGLang"
+
     @classmethod
     def owned_flag(cls, arg: str) -> tuple[str, str] | None:
         return owned_flag(arg)

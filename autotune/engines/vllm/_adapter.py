@@ -188,6 +188,7 @@ class VLLMEngine(Engine):
     """
 
     kind = "vllm"
+    family = "vLLM"
     speculative_numbers = ("speculative_num_steps",)
     simulator = ("sim-vllm", "vllm")
 
