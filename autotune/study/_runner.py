@@ -171,7 +171,7 @@ def _facts(space: SearchSpace, options: StudyOptions) -> Any:
     """
     if options.sampler != "twin":
         return None
-    from autotune.study._twin_sampler import twin_facts
+    from autotune.study._twin_trials import twin_facts
 
     return twin_facts(space, options.facts)
 

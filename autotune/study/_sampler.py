@@ -399,7 +399,8 @@ def _twin_sampler(
     facts: BoxFacts | None,
     errors: Mapping[str, float] | None,
 ) -> AutotuneSampler:
-    from autotune.study._twin_sampler import TwinSampler, twin_facts
+    from autotune.study._twin_sampler import TwinSampler
+    from autotune.study._twin_trials import twin_facts
     from autotune.twin import Twin
 
     if space.objective.multi:

@@ -36,15 +36,13 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune._errors import ConfigError
-from autotune._knobs import ServerConfig
 from autotune.space import ParamSpec, SearchSpace
 from autotune.study._optuna import fixed_params
-from autotune.study._record import TrialRecord
 from autotune.study._sampler import AutotuneSampler
+from autotune.study._twin_trials import observation
 
 if TYPE_CHECKING:
-    from autotune.twin import BoxFacts, Twin
+    from autotune.twin import Twin
 
 log = logging.getLogger("autotune.study")
 
@@ -61,56 +59,6 @@ SHORTLIST = 8
 SETTLED_VALUES = 7
 #: Measured trials of the sampler's own proposals before the twin may stop the search.
 MIN_SEARCHED = 6
-#: Outcomes of trials that tell the twin nothing about the box.
-UNOBSERVED = ("infeasible", "unknown", "surplus", "interrupted")
-
-
-def twin_facts(space: SearchSpace, facts_file: str | None) -> BoxFacts:
-    """The box's facts: from a facts file, or from the simulator profile of a study on the
-    simulator.
-
-    Raises:
-        ConfigError: a real engine and no facts file, or a facts file that cannot be read.
-    """
-    from autotune.sim import load_profile
-    from autotune.twin import BoxFacts
-
-    if facts_file is not None:
-        return BoxFacts.from_file(facts_file)
-    if space.engine.kind not in ("sim", "sim-vllm"):
-        raise ConfigError(
-            f"the twin needs the facts of the box the study runs on (engine {space.engine.kind})",
-            hint="give them with --facts FILE (GPU name, memory, count, interconnect, the "
-            "model's config: see search_spaces/README.md)",
-        )
-    return BoxFacts.from_profile(load_profile(space.engine.sim.profile))
-
-
-class Observed:
-    """One finished trial as the twin reads it (:class:`autotune.twin.TrialFacts`)."""
-
-    def __init__(self, attrs: Mapping[str, Any], record: TrialRecord) -> None:
-        self.outcome = record.outcome
-        self.metrics = record.metrics
-        self.loads = record.loads
-        self.startup_s = record.startup_s
-        memory = attrs.get("memory")
-        self.extra = {"memory": memory} if isinstance(memory, Mapping) else {}
-
-
-def observation(space: SearchSpace, trial: FrozenTrial) -> tuple[ServerConfig, Observed] | None:
-    """What ``trial`` (finished) tells the twin: its launched configuration and its figures;
-    None for a trial that never launched."""
-    record = TrialRecord.from_trial(trial)
-    if record.outcome.value in UNOBSERVED:
-        return None
-    if record.role == "baseline":
-        config = space.baseline_config()
-    elif record.config is not None:
-        config = ServerConfig.from_params({**record.config, "tp_size": space.engine.tp_size})
-    else:
-        config = space.config_for(trial.params)
-    return config, Observed(trial.user_attrs, record)
 
 
 @dataclass(frozen=True)
@@ -171,8 +119,8 @@ class TwinSampler(AutotuneSampler):
             return {}
         for params, odds, reason in self.plan(study).ranked:
             if odds > CRASH_ODDS:
-                kind = (reason or "other_crash").split(":")[0]
-                self._refuse(params, f"twin {kind}", reason or "")
+                kind, _, detail = (reason or "other_crash").partition(": ")
+                self._refuse(params, f"twin {kind}", detail)
                 continue
             why = self._refusal(params)
             if why is not None:
@@ -185,7 +133,12 @@ class TwinSampler(AutotuneSampler):
     def _refuse(self, params: Mapping[str, Any], category: str, detail: str) -> None:
         """Count a refusal before launch (``twin oom_kv_pool``: the twin's prediction, whose
         arithmetic ``detail`` gives, goes to the debug log)."""
-        log.info("refused before launch: %s: %s %s", _short(params), category, detail)
+        log.info(
+            "refused before launch: %s: %s%s",
+            _short(params),
+            category,
+            f": {detail}" if detail else "",
+        )
         if self.on_refusal is not None:
             self.on_refusal(category)
 
@@ -194,6 +147,8 @@ class TwinSampler(AutotuneSampler):
         """Why the study may stop now (None: go on): the best measured value is within
         ``stop_share`` of the twin's expected value of every combination not measured yet."""
         plan = self.plan(study)
+        if not plan.ranked:
+            return "every speculative combination of the space has been measured"
         if plan.best is None or self.stop_share <= 0:
             return None
         searched = [
@@ -204,7 +159,7 @@ class TwinSampler(AutotuneSampler):
         if len(searched) < MIN_SEARCHED:
             return None
         if plan.predicted is None:
-            return f"the twin expects no untried combination to start; best {plan.best:.4g}"
+            return "the twin expects none of the best untried combinations to start"
         ratio = plan.predicted / plan.best
         gain = ratio - 1.0 if self.maximize else 1.0 - ratio
         if gain > self.stop_share:
