@@ -30,14 +30,20 @@ def twin_facts(space: SearchSpace, facts_file: str | None) -> BoxFacts:
     simulator.
 
     Raises:
-        ConfigError: a real engine and no facts file, or a facts file that cannot be read.
+        ConfigError: a vLLM engine (the twin models SGLang), a real engine and no facts
+            file, or a facts file that cannot be read.
     """
     from autotune.sim import load_profile
     from autotune.twin import BoxFacts
 
+    if space.engine.kind in ("vllm", "sim-vllm"):
+        raise ConfigError(
+            f"the twin models an SGLang server; this space's engine is {space.engine.kind}",
+            hint="choose --sampler auto",
+        )
     if facts_file is not None:
         return BoxFacts.from_file(facts_file)
-    if space.engine.kind not in ("sim", "sim-vllm"):
+    if space.engine.kind != "sim":
         raise ConfigError(
             f"the twin needs the facts of the box the study runs on (engine {space.engine.kind})",
             hint="give them with --facts FILE (GPU name, memory, count, interconnect, the "
