@@ -117,7 +117,11 @@ class TwinSampler(AutotuneSampler):
     ) -> dict[str, Any]:
         if fixed_params(trial) is not None:
             return {}
-        for params, odds, reason in self.plan(study).ranked:
+        plan = self.plan(study)
+        taken = _tried_combos(study, self.searched)  # other workers may have taken some since
+        for params, odds, reason in plan.ranked:
+            if _combo_key(params) in taken:
+                continue
             if odds > CRASH_ODDS:
                 kind, _, detail = (reason or "other_crash").partition(": ")
                 self._refuse(params, f"twin {kind}", detail)
@@ -144,8 +148,10 @@ class TwinSampler(AutotuneSampler):
 
     # --- the twin's view ---------------------------------------------------------------------
     def stop_reason(self, study: optuna.Study) -> str | None:
-        """Why the study may stop now (None: go on): the best measured value is within
-        ``stop_share`` of the twin's expected value of every combination not measured yet."""
+        """Why the study may stop now (None: go on): every combination is measured, or, once
+        :data:`MIN_SEARCHED` of the sampler's proposals are measured, the best measured
+        configuration (the twin's value of it) is within ``stop_share`` of the twin's 97.5th
+        percentile for the best combination not measured yet."""
         plan = self.plan(study)
         if not plan.ranked:
             return "every speculative combination of the space has been measured"
