@@ -163,10 +163,25 @@ def search(
         str,
         typer.Option(
             "--samplers",
-            help="Comma-separated: default, tpe, random, grid, sglang-auto; ablations "
+            help="Comma-separated: default, tpe, random, grid, sglang-auto, twin; ablations "
             "of default: no-informed, no-learning, no-refusal.",
         ),
     ] = "default,tpe,random,grid,sglang-auto",
+    twin_errors: Annotated[
+        str | None,
+        typer.Option(
+            "--twin-errors",
+            help="What the twin strategy's prior is wrong by, GROUP=FACTOR,... (default "
+            "bandwidth=0.85,acceptance=0.9,allreduce=1.5; none: no errors).",
+        ),
+    ] = None,
+    enqueued: Annotated[
+        bool,
+        typer.Option(
+            "--enqueued/--no-enqueued",
+            help="Run the space's own configurations first (the baseline always runs).",
+        ),
+    ] = True,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per sampler.")] = 10,
     budget: Annotated[int, typer.Option("--budget", min=1, help="Trials per study.")] = 40,
     noise: Annotated[
@@ -192,6 +207,7 @@ def search(
     """
     import sys
 
+    from autotune.cli._twin_study import parse_errors
     from autotune.searchbench import PLANS, format_table, run_search_benchmark, write_outputs
     from autotune.space import load_space
     from autotune.study import choose_sampler
@@ -217,6 +233,8 @@ def search(
         noise=noise,
         on_study=note,
         jobs=jobs,
+        twin_errors=parse_errors(twin_errors),
+        enqueued=enqueued,
     )
     paths = write_outputs(result, out)
     if as_json:

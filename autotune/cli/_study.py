@@ -35,6 +35,15 @@ Confirm = Annotated[
     ),
 ]
 
+Facts = Annotated[
+    str | None,
+    typer.Option(
+        "--facts",
+        metavar="FILE",
+        help="The box's facts (YAML) for --sampler twin (default: the simulator's profile).",
+    ),
+]
+
 
 def _options(**values: object) -> object:
     from autotune.study import StudyOptions
@@ -57,9 +66,11 @@ def start(
         str,
         typer.Option(
             "--sampler",
-            help="auto (GP; TPE for conditional spaces or without PyTorch), gp, tpe, random.",
+            help="auto (GP; TPE for conditional spaces or without PyTorch), gp, tpe, random, "
+            "twin (the box's twin proposes; needs --facts on a real box).",
         ),
     ] = "auto",
+    facts: Facts = None,
     storage: Storage = None,
     studies_dir: StudiesDir = "studies",
     artifacts_dir: ArtifactsDir = None,
@@ -80,6 +91,7 @@ def start(
             timeout_s=timeout,
             seed=seed,
             sampler=sampler,
+            facts=facts,
             storage=storage,
             studies_dir=studies_dir,
             artifacts_dir=artifacts_dir,
@@ -116,6 +128,7 @@ def resume(
     timeout: Annotated[float | None, typer.Option("--timeout")] = None,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
     sampler: Annotated[str, typer.Option("--sampler")] = "auto",
+    facts: Facts = None,
     storage: Storage = None,
     studies_dir: StudiesDir = "studies",
     artifacts_dir: ArtifactsDir = None,
@@ -142,6 +155,7 @@ def resume(
             timeout_s=timeout,
             seed=seed,
             sampler=sampler,
+            facts=facts,
             storage=storage,
             studies_dir=studies_dir,
             artifacts_dir=artifacts_dir,
@@ -205,6 +219,8 @@ def _finished(summary: object) -> None:
     why = " (time budget reached)" if summary.stopped_by == "timeout" else ""
     if summary.stopped_by == "others":
         why = f" ({summary.running_elsewhere} more running in other workers)"
+    elif summary.stopped_by == "twin":
+        why = " (the twin sampler found the best within its share of the predicted optimum)"
     if summary.verdict is not None:
         typer.echo(summary.verdict.headline)
     elif summary.stopped_by == "timeout":

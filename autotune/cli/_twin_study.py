@@ -58,32 +58,10 @@ def parse_errors(text: str | None) -> dict[str, float]:
 
 
 def facts_of(space: SearchSpace, facts_file: str | None) -> BoxFacts:
-    """The box's facts: from a facts file, or from the simulator profile of a study on the
-    simulator."""
-    from autotune.sim import load_profile
-    from autotune.twin import BoxFacts
+    """The box's facts (:func:`autotune.study._twin_sampler.twin_facts`)."""
+    from autotune.study._twin_trials import twin_facts
 
-    if facts_file is not None:
-        return BoxFacts.from_file(facts_file)
-    if space.engine.kind != "sim":
-        raise ConfigError(
-            f"the twin needs the facts of the box the study ran on (engine {space.engine.kind})",
-            hint="give them with --facts FILE (GPU name, memory, count, interconnect, the "
-            "model's config: see docs of autotune twin export)",
-        )
-    return BoxFacts.from_profile(load_profile(space.engine.sim.profile))
-
-
-class _Observed:
-    """One stored trial as the twin reads it."""
-
-    def __init__(self, attrs: Mapping[str, Any], record: Any) -> None:
-        self.outcome = record.outcome
-        self.metrics = record.metrics
-        self.loads = record.loads
-        self.startup_s = record.startup_s
-        memory = attrs.get("memory")
-        self.extra = {"memory": memory} if isinstance(memory, Mapping) else {}
+    return twin_facts(space, facts_file)
 
 
 def twin_of_study(
@@ -98,31 +76,21 @@ def twin_of_study(
     ``facts``, else those of :func:`facts_of`)."""
     from optuna.trial import TrialState
 
-    from autotune.study import TrialRecord
     from autotune.study._setup import load_study_space
+    from autotune.study._twin_trials import observation
     from autotune.twin import Twin
 
     space = load_study_space(study, None)
     box = facts or facts_of(space, facts_file)
     twin = Twin.prior(box, space, seed=seed, errors=errors)
     states = (TrialState.COMPLETE, TrialState.PRUNED)
-    seen = []
-    for trial in study.get_trials(deepcopy=False, states=states):
-        record = TrialRecord.from_trial(trial)
-        if record.outcome.value in ("infeasible", "unknown", "surplus", "interrupted"):
-            continue
-        config = _config_of(space, record, trial.params)
-        seen.append((config, _Observed(trial.user_attrs, record)))
+    seen = [
+        o
+        for trial in study.get_trials(deepcopy=False, states=states)
+        if (o := observation(space, trial)) is not None
+    ]
     twin.observe_many(seen)
     return twin
-
-
-def _config_of(space: SearchSpace, record: Any, params: Mapping[str, Any]) -> ServerConfig:
-    if record.role == "baseline":
-        return space.baseline_config()
-    if record.config is not None:
-        return ServerConfig.from_params({**record.config, "tp_size": space.engine.tp_size})
-    return space.config_for(params)
 
 
 # --- the check -----------------------------------------------------------------------------
@@ -305,27 +273,6 @@ def _run_study(
     finish_setup(study, space, engine, options)
     target = set_target(study, trials)
     paths = StudyPaths(name, url, folder / f"{name}-artifacts", folder / f"{name}-logs")
-    evaluator = _with_memory(OracleEvaluator(oracle, seed=seed), engine)
+    evaluator = OracleEvaluator(oracle, seed=seed, engine=engine)
     StudyRunner(study, space, engine, paths, options, target, evaluator=evaluator, quiet=True).run()
     return optuna.load_study(study_name=name, storage=url)
-
-
-def _with_memory(inner: Any, engine: Any) -> Any:
-    """The oracle's trials with the memory lines a start of the simulated server prints, read
-    by the engine as a real study reads them from the server log."""
-    from autotune.study._evaluate import TrialEvaluator
-
-    class WithMemory(TrialEvaluator):
-        def evaluate(self, config: ServerConfig, context: Any) -> Any:
-            record = inner.evaluate(config, context)
-            plan = inner.oracle.model.plan_startup(config)
-            lines = [line for phase in plan.phases for line in phase.lines]
-            reading = engine.read_memory(lines, config)
-            if reading is not None:
-                record.extra["memory"] = reading.to_dict()
-            return record
-
-        def gpu_seconds(self, record: Any, wall_s: float, gpus: int) -> float:
-            return float(inner.gpu_seconds(record, wall_s, gpus))
-
-    return WithMemory()

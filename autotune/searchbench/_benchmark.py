@@ -14,7 +14,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,10 @@ class SearchBenchResult:
     seconds: float
     #: The space's constraints, as it describes them.
     constraints: tuple[str, ...] = ()
+    #: Whether the studies ran the space's own configurations first.
+    enqueued: bool = True
+    #: What the ``twin`` strategy's prior was wrong by (group, factor).
+    twin_errors: tuple[tuple[str, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +64,8 @@ class SearchBenchResult:
             "seeds": self.seeds,
             "optimum": dataclasses.asdict(self.optimum),
             "constraints": list(self.constraints),
+            "enqueued": self.enqueued,
+            "twin_errors": dict(self.twin_errors),
             "strategies": {s.strategy: s.to_dict() for s in self.summaries},
             **(
                 {
@@ -97,9 +103,13 @@ def run_search_benchmark(
     noise: float = 0.02,
     on_study: Callable[[str, int], None] | None = None,
     jobs: int = 1,
+    twin_errors: Mapping[str, float] | None = None,
+    enqueued: bool = True,
 ) -> SearchBenchResult:
     """Every strategy's studies over ``seeds`` seeds, scored against the space's true optimum;
-    ``jobs``: worker processes for the optimum's evaluations and the studies."""
+    ``jobs``: worker processes for the optimum's evaluations and the studies; ``twin_errors``:
+    what the ``twin`` strategy's prior is wrong by; ``enqueued=False``: every study without
+    the space's own configurations."""
     unknown = [s for s in strategies if s not in STRATEGIES + ABLATIONS]
     if unknown:
         raise ConfigError(
@@ -124,7 +134,16 @@ def run_search_benchmark(
             if on_study is not None:
                 on_study(strategy, seed)
             trace = run_study(
-                space, engine, oracle, strategy, seed, budget, folder=Path(folder), noise=noise
+                space,
+                engine,
+                oracle,
+                strategy,
+                seed,
+                budget,
+                folder=Path(folder),
+                noise=noise,
+                twin_errors=twin_errors,
+                enqueued=enqueued,
             )
             return score_study(
                 trace, optimum.value, oracle.gpus, maximize=maximize, load_optima=optimum.loads
@@ -142,6 +161,8 @@ def run_search_benchmark(
         tuple(scores),
         time.monotonic() - started,
         tuple(c.describe() for c in space.objective.constraints),
+        enqueued,
+        tuple(sorted((twin_errors or {}).items())),
     )
 
 
@@ -149,7 +170,8 @@ def format_table(result: SearchBenchResult) -> str:
     opt = result.optimum
     lines = [
         f"profile {result.profile}, space {result.space}: {result.seeds} seeds x "
-        f"{result.budget} trials",
+        f"{result.budget} trials"
+        + ("" if result.enqueued else ", without the space's enqueued configurations"),
         f"optimum {opt.value:.2f} at {opt.params}",
         f"space: {opt.evaluated} configurations; "
         + ", ".join(f"{k} {v}" for k, v in sorted(opt.statuses.items()))
@@ -176,6 +198,10 @@ def format_table(result: SearchBenchResult) -> str:
             f"{s.median_gpu_hours:>8.1f}"
             + (f" {f'{s.loads_within_98}/{s.seeds}':>9}" if loads else "")
         )
+    twin = [s.strategy for s in result.summaries if s.strategy == "twin"]
+    if twin:
+        wrong = ", ".join(f"{k} x{v:g}" for k, v in result.twin_errors) or "none"
+        lines.append(f"twin: its prior from the box's knowable facts, wrong by: {wrong}")
     if result.constraints:
         lines += _constraint_lines(result)
     lines.append("")

@@ -30,9 +30,11 @@ from functools import lru_cache
 from autotune._knobs import ServerConfig
 from autotune._slo import RequestLimits
 from autotune.bench import WorkloadSpec
+from autotune.engines import Engine
 from autotune.sim import SimModel
 from autotune.space import METRICS, ConstraintSpec, LoadPoint, SearchSpace, weighted_mean
 from autotune.study._evaluate import TrialContext, TrialEvaluator
+from autotune.study._memory import MEMORY_ATTR
 from autotune.study._record import LOAD_FIGURES, METRIC_ATTRS, Outcome, TrialRecord
 
 #: Seconds to stop a server and see its GPUs released, per trial that launched one.
@@ -240,10 +242,15 @@ class OracleEvaluator(TrialEvaluator):
     :data:`TRUE_FEASIBLE_ATTR` for the benchmark's bookkeeping.
     """
 
-    def __init__(self, oracle: Oracle, *, seed: int, noise: float = 0.02) -> None:
+    def __init__(
+        self, oracle: Oracle, *, seed: int, noise: float = 0.02, engine: Engine | None = None
+    ) -> None:
+        """``engine``: reads the memory lines the simulated server prints at start-up into
+        the record, as a real trial reads them from the server log (None: no memory lines)."""
         self.oracle = oracle
         self.noise = noise
         self.rng = random.Random(f"{seed}:noise")
+        self.engine = engine
 
     def gpu_seconds(self, record: TrialRecord, wall_s: float, gpus: int) -> float:
         """What the trial would have cost on the profiled box (not the oracle's own time)."""
@@ -255,7 +262,7 @@ class OracleEvaluator(TrialEvaluator):
         true_loads = {k: v.get("value") for k, v in true.loads.items()}
         outcome = Outcome(answer.status)
         measured = outcome is Outcome.OK
-        return TrialRecord(
+        record = TrialRecord(
             outcome=outcome,
             role=context.role,
             failure_line=answer.failure_line,
@@ -272,3 +279,10 @@ class OracleEvaluator(TrialEvaluator):
                 **({TRUE_LOADS_ATTR: true_loads} if true_loads else {}),
             },
         )
+        if self.engine is not None:
+            plan = self.oracle.model.plan_startup(config)
+            lines = [line for phase in plan.phases for line in phase.lines]
+            reading = self.engine.read_memory(lines, config)
+            if reading is not None:
+                record.extra[MEMORY_ATTR] = reading.to_dict()
+        return record

@@ -20,6 +20,12 @@ recording are the tuner's own code; a strategy only sets the loop's options:
     steps (1, 3, 5, 7) x top-k (1, 2, 4, 8) x draft tokens (2, 4, 8, 16, 32), trees that cannot
     hold the draft tokens skipped, the other knobs from the space's first configuration; the
     study ends with the queue.
+``twin``
+    ``autotune study start --sampler twin``: the twin-guided sampler
+    (:mod:`autotune.study._twin_sampler`), its prior built from what a user knows of the
+    profile's box (:meth:`~autotune.twin.BoxFacts.from_profile`), wrong by the benchmark's
+    ``twin_errors``; one trial per speculative combination, the search stopped when the best is
+    within 1% of the twin's predicted optimum.
 ``sglang-auto``
     the configuration a user gets by setting nothing: the space with nothing searched, so after
     the baseline one trial runs with speculation on and every searched knob left to SGLang.
@@ -33,6 +39,7 @@ launch from known incompatibilities, the memory estimate or lessons; SGLang's ru
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +56,7 @@ from autotune.study._storage import StudyPaths
 if TYPE_CHECKING:
     import optuna
 
-STRATEGIES = ("default", "tpe", "random", "grid", "sglang-auto")
+STRATEGIES = ("default", "tpe", "random", "grid", "sglang-auto", "twin")
 ABLATIONS = ("no-informed", "no-learning", "no-refusal")
 
 
@@ -67,6 +74,8 @@ class Plan:
     sampler: str | None = None
     #: ``grid`` / ``auto``: a fixed sequence of configurations; the study ends with it.
     sequence: str | None = None
+    #: The tuner's sampler by this name (``study start --sampler``).
+    tuner_sampler: str = "auto"
 
 
 _PLAIN = Plan(informed=False, learn=False, refuse=False)
@@ -77,6 +86,7 @@ PLANS: dict[str, Plan] = {
     "random": dataclasses.replace(_PLAIN, sampler="random"),
     "grid": dataclasses.replace(_PLAIN, sampler="random", sequence="grid"),
     "sglang-auto": dataclasses.replace(_PLAIN, sampler="random", sequence="auto"),
+    "twin": Plan(tuner_sampler="twin"),
     "no-informed": Plan(informed=False),
     "no-learning": Plan(learn=False),
     "no-refusal": Plan(refuse=False),
@@ -93,19 +103,31 @@ def run_study(
     *,
     folder: Path,
     noise: float = 0.02,
+    twin_errors: Mapping[str, float] | None = None,
+    enqueued: bool = True,
 ) -> StudyTrace:
     """One study of ``strategy`` with ``budget`` trials, run by the tuner's loop.
 
-    ``folder`` takes the study's debug log and (empty) artifact folder.
+    ``folder`` takes the study's debug log and (empty) artifact folder; ``twin_errors``: what
+    the twin's prior is wrong by (``twin``); ``enqueued=False`` leaves out the space's own
+    configurations (the baseline stays).
     """
     import optuna
 
     plan = PLANS[strategy]
+    if not enqueued:
+        space = dataclasses.replace(space, enqueued=())
     if plan.sequence == "auto":
         space = dataclasses.replace(space, parameters=(), enqueued=())
     name = f"{strategy}-{seed}"
     options = StudyOptions(
-        study_name=name, seed=seed, informed=plan.informed, n_trials=budget, progress=False
+        study_name=name,
+        seed=seed,
+        informed=plan.informed,
+        n_trials=budget,
+        progress=False,
+        sampler=plan.tuner_sampler,
+        twin_errors=tuple(sorted((twin_errors or {}).items())),
     )
     study = optuna.create_study(
         study_name=name,
@@ -126,7 +148,7 @@ def run_study(
         paths,
         options,
         target,
-        evaluator=OracleEvaluator(oracle, seed=seed, noise=noise),
+        evaluator=OracleEvaluator(oracle, seed=seed, noise=noise, engine=engine),
         sampler=_plain_sampler(plan.sampler, seed),
         learn=plan.learn,
         refuse=plan.refuse,

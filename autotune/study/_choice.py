@@ -10,7 +10,9 @@ demo. The choice therefore depends on whether torch can be imported here:
   choice carries a note that says so once, why, and how to get the GP sampler;
 * ``gp`` asked for explicitly without torch is a :class:`~autotune._errors.ConfigError`, raised
   before the study is created, since the user asked for a sampler that cannot run here;
-* ``tpe`` and ``random`` never need torch (and never import it).
+* ``tpe`` and ``random`` never need torch (and never import it);
+* ``twin`` is the twin-guided sampler (:mod:`autotune.study._twin_sampler`), which needs the
+  box's facts; where it has proposed every speculative combination, ``auto``'s choice goes on.
 
 torch is imported only when the choice needs to know (``auto`` on an unconditional space, or
 ``gp``): ``autotune --help`` and a TPE study stay as fast as without it.
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from autotune._errors import ConfigError
 
-SAMPLERS = ("auto", "gp", "tpe", "random")
+SAMPLERS = ("auto", "gp", "tpe", "random", "twin")
 
 #: How a user gets the GP sampler (the extra that brings PyTorch).
 GP_INSTALL = "pip install 'autotune[gp]'"
@@ -35,7 +37,7 @@ CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 @dataclass(frozen=True)
 class SamplerChoice:
-    """The sampler a study runs with: ``name`` is ``gp``, ``tpe`` or ``random``."""
+    """The sampler a study runs with: ``name`` is ``gp``, ``tpe``, ``random`` or ``twin``."""
 
     #: What was asked for (``--sampler``): one of :data:`SAMPLERS`.
     requested: str
@@ -75,7 +77,7 @@ def choose_sampler(
             source=source,
             hint="choose one of: " + ", ".join(SAMPLERS),
         )
-    if requested in ("tpe", "random"):
+    if requested in ("tpe", "random", "twin"):
         return SamplerChoice(requested, requested)
     if requested == "auto" and conditional:
         return SamplerChoice(requested, "tpe")

@@ -107,7 +107,8 @@ class StudySummary:
     target: int
     ran: int
     debug_log: Path
-    #: ``timeout`` (the time budget), ``others`` (other workers run the last trials) or None.
+    #: ``timeout`` (the time budget), ``others`` (other workers run the last trials),
+    #: ``twin`` (the best is within the twin sampler's share of its predicted optimum) or None.
     stopped_by: str | None = None
     #: Trials other workers were running when this one stopped.
     running_elsewhere: int = 0
@@ -122,6 +123,7 @@ def start_study(options: StudyOptions) -> StudySummary:
     space = load_space(options.space_path)
     # a sampler that cannot run here is refused before the study is created
     choose_sampler(options.sampler, conditional=space.conditional)
+    _facts(space, options)
     name = options.study_name or space.name
     paths = study_paths(
         name,
@@ -146,6 +148,7 @@ def resume_study(options: StudyOptions) -> StudySummary:
     """Continue a study: fail and re-queue trials of a dead tuner, then run to the target."""
     paths, study, space = _existing(options)
     choose_sampler(options.sampler, conditional=space.conditional)
+    _facts(space, options)
     engine = make_engine(space)
     target = set_target(study, options.n_trials, more=options.more_trials)
     if not setup_complete(study):  # its `start` was killed: finish the set-up from its space
@@ -158,6 +161,19 @@ def resume_study(options: StudyOptions) -> StudySummary:
                 )
                 finish_setup(study, space, engine, options)
     return StudyRunner(study, space, engine, paths, options, target).run(recover=True)
+
+
+def _facts(space: SearchSpace, options: StudyOptions) -> Any:
+    """The box's facts for ``--sampler twin`` (None for other samplers).
+
+    Raises:
+        ConfigError: the twin sampler on a real box without ``--facts``.
+    """
+    if options.sampler != "twin":
+        return None
+    from autotune.study._twin_trials import twin_facts
+
+    return twin_facts(space, options.facts)
 
 
 def _existing(options: StudyOptions) -> tuple[StudyPaths, optuna.Study, SearchSpace]:
@@ -244,6 +260,8 @@ class StudyRunner:
             on_refusal=self._refused,
             n_startup_trials=options.n_startup_trials,
             learn_from_crashes=learn,
+            facts=_facts(space, options),
+            twin_errors=dict(options.twin_errors),
         )
         study.sampler = self.sampler
         self.store = artifact_store(paths)
@@ -303,6 +321,12 @@ class StudyRunner:
                     ):
                         stopped_by = "timeout"
                         break
+                    why = self._twin_stop()
+                    if why is not None:
+                        log.info("the twin stops the search: %s", why)
+                        progress.note(f"search stopped: {why}")
+                        stopped_by = "twin"
+                        break
                     # a disk that filled up since the last trial stops the study here, before a
                     # launch whose log could not be written (it would read as a start-up time-out)
                     check_writable(self.paths.artifacts_dir, what="artifacts")
@@ -310,7 +334,7 @@ class StudyRunner:
                         ran += 1
                     else:  # another worker asked at the same moment: let one of us go first
                         self.interrupts.sleep(random.uniform(0.2, 1.0))
-                if not search or (stopped_by is None and self.confirm_wanted()):
+                if not search or (stopped_by in (None, "twin") and self.confirm_wanted()):
                     verdict = self.confirm(progress)
         except Interrupted:
             raise
@@ -488,6 +512,19 @@ class StudyRunner:
             hint=f"free some space on that disk, then continue with "
             f"`autotune study resume --study-name {name}`",
         ) from None
+
+    def _twin_stop(self) -> str | None:
+        """Why the twin sampler ends the search now (None: go on, or another sampler); never
+        while trials are queued."""
+        from optuna.trial import TrialState
+
+        from autotune.study._twin_sampler import TwinSampler
+
+        if not isinstance(self.sampler, TwinSampler):
+            return None
+        if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return None
+        return self.sampler.stop_reason(self.study)
 
     def finished_count(self) -> int:
         from optuna.trial import TrialState

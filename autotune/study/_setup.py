@@ -54,6 +54,12 @@ class StudyOptions:
     progress: bool | None = None
     #: Confirm the best candidates after the search (None: as the space's ``confirm`` says).
     confirm: bool | None = None
+    #: The box's facts file, for ``--sampler twin`` on a real box (the simulator's profile
+    #: gives them on the simulator).
+    facts: str | None = None
+    #: What the twin's prior is deliberately wrong by, (group, factor) pairs: the search
+    #: benchmark's ``--twin-errors``.
+    twin_errors: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse bad options before anything is opened or created (each names its option).

@@ -1,0 +1,387 @@
+"""The twin-guided sampler: proposals where the box's twin expects the most improvement.
+
+``--sampler twin`` keeps a :class:`~autotune.twin.Twin` of the box (its prior from the box's
+facts: the simulator profile's knowable fields on the simulator, a facts file on a real box) and
+before each proposal fits it to every finished trial of the study. It then:
+
+* scores every speculative combination (steps, top-k, draft tokens, all-reduce mode, algorithm:
+  every searched knob but the settled ones) not measured yet, by its expected improvement over
+  the best measured value across the twin's particles (its uncertainty); a combination already
+  measured, queued or running is never proposed again;
+* sets the settled knobs (:data:`SETTLED_KNOBS`: the CUDA-graph batch, the static memory share),
+  which change nothing away from the crash edges, at the twin's safest good value for the
+  combination rather than searching them;
+* refuses a proposal the twin predicts to crash (odds over :data:`CRASH_ODDS`), with the twin's
+  arithmetic in the debug log and the study's refusal counts, as it refuses what the engine's
+  rules or the lessons of crashes rule out;
+* says when to stop (:meth:`TwinSampler.stop_reason`): the best measured configuration is
+  within ``stop_share`` of the twin's predicted optimum over the combinations not yet
+  measured, both as the twin sees them (the incumbent's expected value, the 97.5th percentile of
+  the best untried combination), so that one lucky measurement does not end the search.
+
+Where every combination has been measured or refused, the wrapped sampler proposes as
+:class:`~autotune.study.AutotuneSampler` does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.space import ParamSpec, SearchSpace
+from autotune.study._optuna import fixed_params
+from autotune.study._sampler import AutotuneSampler
+from autotune.study._twin_trials import observation
+
+if TYPE_CHECKING:
+    from autotune.twin import Twin
+
+log = logging.getLogger("autotune.study")
+
+#: Knobs that change a configuration's figures only at the crash edges (a KV pool that holds
+#: every request in flight, a graph batch that covers the batch): set, not searched.
+SETTLED_KNOBS = ("cuda_graph_max_bs", "mem_fraction_static", "gpu_memory_utilization")
+#: Crash odds over which the twin refuses a proposal.
+CRASH_ODDS = 0.5
+#: Most untried combinations scored per proposal (a random subset beyond it).
+MAX_CANDIDATES = 600
+#: Combinations whose settled knobs are chosen on the settled grid, per proposal.
+SHORTLIST = 8
+#: Values of a settled knob tried (evenly spread over its range).
+SETTLED_VALUES = 7
+#: Measured trials of the sampler's own proposals before the twin may stop the search.
+MIN_SEARCHED = 6
+
+
+@dataclass(frozen=True)
+class TwinPlan:
+    """The twin's ranking after the study's finished trials (see :meth:`TwinSampler.plan`)."""
+
+    #: Untried proposals, best first, with their crash odds and the twin's reason.
+    ranked: tuple[tuple[dict[str, Any], float, str | None], ...]
+    #: The twin's value of the best measured configuration (None: nothing measured yet).
+    best: float | None
+    #: The twin's optimistic value (its particles' 97.5th percentile) of the best untried
+    #: combination that starts: what the search may still find.
+    predicted: float | None
+
+
+class TwinSampler(AutotuneSampler):
+    """Proposals by the twin's expected improvement; see the module docstring."""
+
+    def __init__(
+        self,
+        base: optuna.samplers.BaseSampler,
+        space: SearchSpace,
+        feasibility: Any,
+        twin: Twin,
+        *,
+        stop_share: float = 0.01,
+        seed: int | None = None,
+        constraints: Callable[[FrozenTrial], Sequence[float]] | None = None,
+        on_refusal: Callable[[str], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            base,
+            space,
+            feasibility,
+            seed=seed,
+            constraints=constraints,
+            on_refusal=on_refusal,
+            **kwargs,
+        )
+        self.twin = twin
+        self.stop_share = stop_share
+        self.maximize = space.objective.direction == "maximize"
+        self.searched = [p for p in space.parameters if p.name not in SETTLED_KNOBS]
+        self.settled_params = [p for p in space.parameters if p.name in SETTLED_KNOBS]
+        self.settled = _start_settled(space, self.settled_params)
+        self._observed: set[int] = set()
+        self._plan: tuple[tuple[int, ...], TwinPlan] | None = None
+
+    # --- Optuna's interface ----------------------------------------------------------------
+    def sample_relative(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        search_space: dict[str, BaseDistribution],
+    ) -> dict[str, Any]:
+        if fixed_params(trial) is not None:
+            return {}
+        plan = self.plan(study)
+        taken = _tried_combos(study, self.searched)  # other workers may have taken some since
+        for params, odds, reason in plan.ranked:
+            if _combo_key(params) in taken:
+                continue
+            if odds > CRASH_ODDS:
+                kind, _, detail = (reason or "other_crash").partition(": ")
+                self._refuse(params, f"twin {kind}", detail)
+                continue
+            why = self._refusal(params)
+            if why is not None:
+                self._refuse(params, why, "")
+                continue
+            self.settled = {k: params[k] for k in self.settled if k in params}
+            return params
+        return super().sample_relative(study, trial, search_space)
+
+    def _refuse(self, params: Mapping[str, Any], category: str, detail: str) -> None:
+        """Count a refusal before launch (``twin oom_kv_pool``: the twin's prediction, whose
+        arithmetic ``detail`` gives, goes to the debug log)."""
+        log.info(
+            "refused before launch: %s: %s%s",
+            _short(params),
+            category,
+            f": {detail}" if detail else "",
+        )
+        if self.on_refusal is not None:
+            self.on_refusal(category)
+
+    # --- the twin's view ---------------------------------------------------------------------
+    def stop_reason(self, study: optuna.Study) -> str | None:
+        """Why the study may stop now (None: go on): every combination is measured, or, once
+        :data:`MIN_SEARCHED` of the sampler's proposals are measured, the best measured
+        configuration (the twin's value of it) is within ``stop_share`` of the twin's 97.5th
+        percentile for the best combination not measured yet."""
+        plan = self.plan(study)
+        if not plan.ranked:
+            return "every speculative combination of the space has been measured"
+        if plan.best is None or self.stop_share <= 0:
+            return None
+        searched = [
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if fixed_params(t) is None
+        ]
+        if len(searched) < MIN_SEARCHED:
+            return None
+        if plan.predicted is None:
+            return "the twin expects none of the best untried combinations to start"
+        ratio = plan.predicted / plan.best
+        gain = ratio - 1.0 if self.maximize else 1.0 - ratio
+        if gain > self.stop_share:
+            return None
+        return (
+            f"the best measured ({plan.best:.4g} as the twin sees it) is within "
+            f"{self.stop_share:.0%} of the twin's "
+            f"predicted optimum of what is left ({plan.predicted:.4g}: the 97.5th percentile of "
+            "its belief for the best combination not measured)"
+        )
+
+    def plan(self, study: optuna.Study) -> TwinPlan:
+        """Fit the twin to the finished trials it has not seen and rank the untried
+        combinations (cached until another trial finishes)."""
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        key = tuple(sorted(t.number for t in finished))
+        if self._plan is not None and self._plan[0] == key:
+            return self._plan[1]
+        fresh = []
+        for t in finished:
+            if t.number not in self._observed:
+                self._observed.add(t.number)
+                seen = observation(self.space, t)
+                if seen is not None:
+                    fresh.append(seen)
+        if fresh:
+            self.twin.observe_many(fresh)
+        plan = self._rank(study, self._best(finished))
+        self._plan = (key, plan)
+        return plan
+
+    def _best(self, finished: Sequence[FrozenTrial]) -> float | None:
+        """The twin's value of the best measured configuration within the space's limits
+        (its expected value there: the measurements around it weigh in, so one lucky
+        measurement does not end the search); None before anything is measured."""
+        feasible = [
+            t
+            for t in finished
+            if t.state == TrialState.COMPLETE
+            and t.values
+            and (self.constraints is None or all(c <= 0 for c in self.constraints(t)))
+        ]
+        if not feasible:
+            return None
+        sign = 1.0 if self.maximize else -1.0
+        best = max(feasible, key=lambda t: sign * t.values[0])
+        seen = observation(self.space, best)
+        measured = float(best.values[0])
+        if seen is None:
+            return measured
+        value = float(self.twin.predict([seen[0]]).mean()[0])
+        return measured if np.isnan(value) else value
+
+    def _rank(self, study: optuna.Study, best: float | None) -> TwinPlan:
+        tried = _tried_combos(study, self.searched)
+        combos = [c for c in self.combos() if _combo_key(c) not in tried]
+        if len(combos) > MAX_CANDIDATES:
+            combos = self.rng.sample(combos, MAX_CANDIDATES)
+        if not combos:
+            return TwinPlan((), best, None)
+        sign = 1.0 if self.maximize else -1.0
+        first = [{**c, **self.settled} for c in combos]
+        pred = self.twin.predict([self.space.config_for(p) for p in first])
+        score = _improvement(pred.samples, pred.weights, best, sign, given_start=True)
+        order = np.argsort(-score, kind="stable")
+        top = [combos[i] for i in order[:SHORTLIST]]
+        rest = [combos[i] for i in order[SHORTLIST:]]
+        chosen = [self._settle(c, best, sign) for c in top]
+        chosen.sort(key=lambda x: -x[1])
+        ranked = [(p, odds, reason) for p, _, odds, reason, _ in chosen]
+        highs = [h for _, _, odds, _, h in chosen if odds <= CRASH_ODDS and h is not None]
+        predicted = None if not highs else (max(highs) if self.maximize else min(highs))
+        log.info(
+            "twin: best measured (the twin's value) %s, best untried %s (%s), optimistic %s",
+            best,
+            _short(ranked[0][0]),
+            f"crash odds {ranked[0][1]:.0%}",
+            predicted,
+        )
+        # the rest in the first pass's order, with its crash odds at the current settled knobs
+        for i, c in zip(order[SHORTLIST:], rest, strict=True):
+            ranked.append(({**c, **self.settled}, float(pred.crash_probability[i]),
+                           pred.crash_reason[i]))  # fmt: skip
+        return TwinPlan(tuple(ranked), best, predicted)
+
+    def _settle(
+        self, combo: Mapping[str, Any], best: float | None, sign: float
+    ) -> tuple[dict[str, Any], float, float, str | None, float | None]:
+        """The settled knobs' safest good value for ``combo``: the lowest crash odds, then
+        within 1% of the best expected value there, then the middle of those; with the
+        proposal's score (expected improvement, crashes counted as none), crash odds, the
+        twin's reason and its optimistic value (None: no particle starts it)."""
+        grid = _settled_grid(self.settled_params)
+        options = [{**combo, **s} for s in grid] or [dict(combo)]
+        pred = self.twin.predict([self.space.config_for(p) for p in options])
+        odds = pred.crash_probability
+        means = pred.mean()
+        safe = np.flatnonzero(odds <= odds.min() + 0.01)
+        known = [i for i in safe if not np.isnan(means[i])]
+        if known:
+            top = max(sign * means[i] for i in known)
+            good = [i for i in known if sign * means[i] >= top - 0.01 * abs(top)]
+        else:
+            good = list(safe)
+        pick = good[len(good) // 2]
+        score = _improvement(pred.samples[:, [pick]], pred.weights, best, sign, given_start=False)
+        high = _upper(pred.samples[:, pick], pred.weights, sign)
+        return options[pick], float(score[0]), float(odds[pick]), pred.crash_reason[pick], high
+
+    def combos(self) -> list[dict[str, Any]]:
+        """Every speculative combination of the space (the searched knobs but the settled
+        ones), draft tokens within the engine's bounds, each once."""
+        out: list[dict[str, Any]] = []
+        keys: set[Any] = set()
+
+        def walk(i: int, chosen: dict[str, Any]) -> None:
+            if i == len(self.searched):
+                combo = self.repair({**chosen, **self.settled})
+                combo = {k: v for k, v in combo.items() if k not in self.settled}
+                key = _combo_key(combo)
+                if key not in keys:
+                    keys.add(key)
+                    out.append(combo)
+                return
+            param = self.searched[i]
+            if not param.active({**self.space.fixed, **chosen}):
+                walk(i + 1, chosen)
+                return
+            for value in _values(param, 9):
+                walk(i + 1, {**chosen, param.name: value})
+
+        walk(0, {})
+        return out
+
+
+def _improvement(
+    samples: np.ndarray, weights: np.ndarray, best: float | None, sign: float, *, given_start: bool
+) -> np.ndarray:
+    """Expected improvement over ``best`` across the particles (a crash improves nothing);
+    ``given_start``: given that the configuration starts. Without a measured value: the
+    expected value itself."""
+    ok = ~np.isnan(samples)
+    values = np.where(ok, sign * samples, 0.0)
+    gain = values if best is None else np.maximum(0.0, values - sign * best)
+    gain = np.where(ok, gain, 0.0)
+    w = weights[:, None] * (ok if given_start else np.ones_like(ok))
+    total = w.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(total > 0, (w * gain).sum(axis=0) / total, -np.inf)
+    return np.asarray(out)
+
+
+def _upper(values: np.ndarray, weights: np.ndarray, sign: float, q: float = 0.975) -> float | None:
+    """The particles' weighted ``q`` quantile of a configuration's value, on the side of
+    improvement (the upper for a maximised objective), over those that start it."""
+    ok = ~np.isnan(values)
+    if not ok.any():
+        return None
+    v, w = sign * values[ok], weights[ok]
+    order = np.argsort(v)
+    cum = np.cumsum(w[order]) / w.sum()
+    i = int(np.searchsorted(cum, q))
+    return float(sign * v[order][min(i, len(v) - 1)])
+
+
+def _values(param: ParamSpec, continuous: int) -> list[Any]:
+    values = param.values()
+    if values is not None:
+        return list(values)
+    assert param.low is not None and param.high is not None
+    return [param.normalise(v) for v in np.linspace(param.low, param.high, continuous)]
+
+
+def _settled_grid(params: Sequence[ParamSpec]) -> list[dict[str, Any]]:
+    axes = []
+    for param in params:
+        values = _values(param, SETTLED_VALUES)
+        if len(values) > SETTLED_VALUES:
+            idx = np.linspace(0, len(values) - 1, SETTLED_VALUES).round().astype(int)
+            values = [values[i] for i in sorted(set(idx))]
+        axes.append([(param.name, v) for v in values])
+    return [dict(items) for items in itertools.product(*axes)] if axes else []
+
+
+def _start_settled(space: SearchSpace, params: Sequence[ParamSpec]) -> dict[str, Any]:
+    """The settled knobs before the twin has chosen: the space's first configuration's, else
+    the middle of each range."""
+    first = space.enqueued[0] if space.enqueued else {}
+    out = {}
+    for param in params:
+        values = _values(param, SETTLED_VALUES)
+        out[param.name] = first.get(param.name, values[len(values) // 2])
+    return out
+
+
+def _combo_key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(
+        sorted(
+            (k, round(v, 6) if isinstance(v, float) else v)
+            for k, v in params.items()
+            if k not in SETTLED_KNOBS
+        )
+    )
+
+
+def _tried_combos(study: optuna.Study, searched: Sequence[ParamSpec]) -> set[Any]:
+    """The speculative combinations of trials run, running or queued (their settled knobs
+    aside)."""
+    names = {p.name for p in searched}
+    out = set()
+    for t in study.get_trials(deepcopy=False):
+        params = t.params or fixed_params(t) or {}
+        if params and any(k in names for k in params):
+            out.add(_combo_key({k: v for k, v in params.items() if k in names}))
+    return out
+
+
+def _short(params: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
