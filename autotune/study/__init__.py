@@ -7,10 +7,10 @@ with server logs and raw benchmark results as artifacts, for optuna-dashboard an
 
 from __future__ import annotations
 
-from autotune.study._choice import SAMPLERS, SamplerChoice, choose_sampler
+from autotune.study._choice import SAMPLERS, SamplerChoice, build_sampler, choose_sampler
 from autotune.study._record import CRASH_OUTCOMES, Outcome, TrialRecord
 from autotune.study._runner import StudySummary, confirm_study, resume_study, start_study
-from autotune.study._sampler import AutotuneSampler, build_sampler
+from autotune.study._sampler import AutotuneSampler
 from autotune.study._setup import StudyOptions
 from autotune.study._storage import StudyPaths, open_storage, study_paths
 

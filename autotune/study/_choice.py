@@ -22,9 +22,20 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from autotune._errors import ConfigError
+
+if TYPE_CHECKING:
+    from optuna.samplers import BaseSampler
+    from optuna.trial import FrozenTrial
+
+    from autotune.space import SearchSpace
+    from autotune.study._feasibility import Feasibility
+    from autotune.study._sampler import AutotuneSampler
+    from autotune.twin import BoxFacts
 
 SAMPLERS = ("auto", "gp", "tpe", "random", "twin")
 
@@ -99,4 +110,124 @@ def choose_sampler(
             f"({why}); for the GP sampler install it with {GP_INSTALL} (without a GPU, "
             f"PyTorch's CPU build is enough: {CPU_TORCH})"
         ),
+    )
+
+
+def build_sampler(
+    name: str,
+    space: SearchSpace,
+    feasibility: Feasibility | None,
+    *,
+    seed: int | None,
+    constraints: Callable[[FrozenTrial], Sequence[float]],
+    on_refusal: Callable[[str], None] | None = None,
+    n_startup_trials: int = 6,
+    learn_from_crashes: bool = True,
+    facts: BoxFacts | None = None,
+    twin_errors: Mapping[str, float] | None = None,
+) -> AutotuneSampler:
+    """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE)
+    or PyTorch is missing here (then TPE; see :mod:`autotune.study._choice`); ``twin`` is
+    :class:`~autotune.study._twin_sampler.TwinSampler`, its twin's prior from ``facts``
+    (wrong by ``twin_errors``), over ``auto``'s choice.
+
+    Both handle a multi-objective study (GPSampler: log expected hypervolume improvement,
+    constrained; TPE: its multi-objective split), with the same constraints.
+
+    ``learn_from_crashes=False`` hides crashes from the base sampler's model (the search
+    benchmark's ``no-learning`` ablation).
+
+    Raises:
+        ConfigError: an unknown sampler, or ``gp`` without PyTorch, or ``twin`` without the
+            box's facts or on a multi-objective study.
+    """
+    import optuna
+
+    from autotune.study._sampler import AutotuneSampler
+
+    choice = choose_sampler(name, conditional=space.conditional).name
+    if choice == "twin":
+        return _twin_sampler(
+            space,
+            feasibility,
+            seed=seed,
+            constraints=constraints,
+            on_refusal=on_refusal,
+            n_startup_trials=n_startup_trials,
+            learn_from_crashes=learn_from_crashes,
+            facts=facts,
+            errors=twin_errors,
+        )
+    base: BaseSampler
+    if choice == "gp":
+        base = optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False
+        )
+    elif choice == "tpe":
+        base = optuna.samplers.TPESampler(
+            seed=seed,
+            n_startup_trials=n_startup_trials,
+            multivariate=True,
+            group=space.conditional,
+            constant_liar=True,
+        )
+    else:
+        base = optuna.samplers.RandomSampler(seed=seed)
+        n_startup_trials = 10**9
+    return AutotuneSampler(
+        base,
+        space,
+        feasibility,
+        seed=seed,
+        n_startup_trials=n_startup_trials,
+        constraints=constraints,
+        on_refusal=on_refusal,
+        learn_from_crashes=learn_from_crashes,
+    )
+
+
+def _twin_sampler(
+    space: SearchSpace,
+    feasibility: Feasibility | None,
+    *,
+    seed: int | None,
+    constraints: Callable[[FrozenTrial], Sequence[float]],
+    on_refusal: Callable[[str], None] | None,
+    n_startup_trials: int,
+    learn_from_crashes: bool,
+    facts: BoxFacts | None,
+    errors: Mapping[str, float] | None,
+) -> AutotuneSampler:
+    from autotune.study._twin_sampler import TwinSampler
+    from autotune.study._twin_trials import twin_facts
+    from autotune.twin import Twin
+
+    if space.objective.multi:
+        raise ConfigError(
+            "the twin sampler searches one objective; this space has "
+            f"{len(space.objective.metrics)}",
+            source="--sampler",
+            hint="choose --sampler auto for a multi-objective study",
+        )
+    box = facts or twin_facts(space, None)
+    twin = Twin.prior(box, space, seed=seed or 0, errors=errors)
+    fallback = build_sampler(
+        "auto",
+        space,
+        feasibility,
+        seed=seed,
+        constraints=constraints,
+        n_startup_trials=n_startup_trials,
+        learn_from_crashes=learn_from_crashes,
+    )
+    return TwinSampler(
+        fallback.base,
+        space,
+        feasibility,
+        twin,
+        seed=seed,
+        n_startup_trials=n_startup_trials,
+        constraints=constraints,
+        on_refusal=on_refusal,
+        learn_from_crashes=learn_from_crashes,
     )

@@ -25,7 +25,7 @@ from autotune._knobs import ServerConfig
 from autotune.bench import BenchmarkResult
 from autotune.engines import Engine
 from autotune.space import SearchSpace, load_space
-from autotune.study._choice import choose_sampler
+from autotune.study._choice import build_sampler, choose_sampler
 from autotune.study._claims import (
     claim,
     configuration,
@@ -69,7 +69,6 @@ from autotune.study._record import (
     first_value,
     outcome_of,
 )
-from autotune.study._sampler import build_sampler
 from autotune.study._setup import (
     StudyOptions,
     create_or_load,

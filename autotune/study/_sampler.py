@@ -34,25 +34,20 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune._errors import ConfigError
 from autotune.engines import Engine, create_engine
 from autotune.space import ParamSpec, SearchSpace
-from autotune.study._choice import choose_sampler
 from autotune.study._feasibility import Feasibility
 from autotune.study._optuna import fixed_params
 from autotune.study._record import TrialRecord
 from autotune.study._reparam import DraftFill
 from autotune.study._view import StudyView
-
-if TYPE_CHECKING:
-    from autotune.twin import BoxFacts
 
 #: How many times a proposal known to fail is replaced before it is recorded as refused.
 MAX_ATTEMPTS = 40
@@ -316,119 +311,3 @@ def random_value(param: ParamSpec, rng: random.Random) -> Any:
     if values is not None:
         return rng.choice(list(values))
     return rng.uniform(param.low, param.high)
-
-
-def build_sampler(
-    name: str,
-    space: SearchSpace,
-    feasibility: Feasibility | None,
-    *,
-    seed: int | None,
-    constraints: Callable[[FrozenTrial], Sequence[float]],
-    on_refusal: Callable[[str], None] | None = None,
-    n_startup_trials: int = 6,
-    learn_from_crashes: bool = True,
-    facts: BoxFacts | None = None,
-    twin_errors: Mapping[str, float] | None = None,
-) -> AutotuneSampler:
-    """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE)
-    or PyTorch is missing here (then TPE; see :mod:`autotune.study._choice`); ``twin`` is
-    :class:`~autotune.study._twin_sampler.TwinSampler`, its twin's prior from ``facts``
-    (wrong by ``twin_errors``), over ``auto``'s choice.
-
-    Both handle a multi-objective study (GPSampler: log expected hypervolume improvement,
-    constrained; TPE: its multi-objective split), with the same constraints.
-
-    ``learn_from_crashes=False`` hides crashes from the base sampler's model (the search
-    benchmark's ``no-learning`` ablation).
-
-    Raises:
-        ConfigError: an unknown sampler, or ``gp`` without PyTorch, or ``twin`` without the
-            box's facts or on a multi-objective study.
-    """
-    choice = choose_sampler(name, conditional=space.conditional).name
-    if choice == "twin":
-        return _twin_sampler(
-            space,
-            feasibility,
-            seed=seed,
-            constraints=constraints,
-            on_refusal=on_refusal,
-            n_startup_trials=n_startup_trials,
-            learn_from_crashes=learn_from_crashes,
-            facts=facts,
-            errors=twin_errors,
-        )
-    base: optuna.samplers.BaseSampler
-    if choice == "gp":
-        base = optuna.samplers.GPSampler(
-            seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False
-        )
-    elif choice == "tpe":
-        base = optuna.samplers.TPESampler(
-            seed=seed,
-            n_startup_trials=n_startup_trials,
-            multivariate=True,
-            group=space.conditional,
-            constant_liar=True,
-        )
-    else:
-        base = optuna.samplers.RandomSampler(seed=seed)
-        n_startup_trials = 10**9
-    return AutotuneSampler(
-        base,
-        space,
-        feasibility,
-        seed=seed,
-        n_startup_trials=n_startup_trials,
-        constraints=constraints,
-        on_refusal=on_refusal,
-        learn_from_crashes=learn_from_crashes,
-    )
-
-
-def _twin_sampler(
-    space: SearchSpace,
-    feasibility: Feasibility | None,
-    *,
-    seed: int | None,
-    constraints: Callable[[FrozenTrial], Sequence[float]],
-    on_refusal: Callable[[str], None] | None,
-    n_startup_trials: int,
-    learn_from_crashes: bool,
-    facts: BoxFacts | None,
-    errors: Mapping[str, float] | None,
-) -> AutotuneSampler:
-    from autotune.study._twin_sampler import TwinSampler
-    from autotune.study._twin_trials import twin_facts
-    from autotune.twin import Twin
-
-    if space.objective.multi:
-        raise ConfigError(
-            "the twin sampler searches one objective; this space has "
-            f"{len(space.objective.metrics)}",
-            source="--sampler",
-            hint="choose --sampler auto for a multi-objective study",
-        )
-    box = facts or twin_facts(space, None)
-    twin = Twin.prior(box, space, seed=seed or 0, errors=errors)
-    fallback = build_sampler(
-        "auto",
-        space,
-        feasibility,
-        seed=seed,
-        constraints=constraints,
-        n_startup_trials=n_startup_trials,
-        learn_from_crashes=learn_from_crashes,
-    )
-    return TwinSampler(
-        fallback.base,
-        space,
-        feasibility,
-        twin,
-        seed=seed,
-        n_startup_trials=n_startup_trials,
-        constraints=constraints,
-        on_refusal=on_refusal,
-        learn_from_crashes=learn_from_crashes,
-    )

@@ -33,7 +33,6 @@ def twin_facts(space: SearchSpace, facts_file: str | None) -> BoxFacts:
         ConfigError: a vLLM engine (the twin models SGLang), a real engine and no facts
             file, or a facts file that cannot be read.
     """
-    from autotune.sim import load_profile
     from autotune.twin import BoxFacts
 
     if space.engine.kind in ("vllm", "sim-vllm"):
@@ -49,7 +48,7 @@ def twin_facts(space: SearchSpace, facts_file: str | None) -> BoxFacts:
             hint="give them with --facts FILE (GPU name, memory, count, interconnect, the "
             "model's config: see search_spaces/README.md)",
         )
-    return BoxFacts.from_profile(load_profile(space.engine.sim.profile))
+    return BoxFacts.from_profile(space.engine.sim.profile)
 
 
 class Observed:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from autotune._errors import ConfigError
-from autotune.sim import Profile
+from autotune.sim import Profile, load_profile
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,9 @@ class BoxFacts:
         return bool(self.routed_experts and self.experts_per_token and self.expert_gib)
 
     @classmethod
-    def from_profile(cls, profile: Profile, algorithm: str | None = None) -> BoxFacts:
+    def from_profile(cls, profile: Profile | str, algorithm: str | None = None) -> BoxFacts:
         """The facts a user of ``profile``'s box would know; nothing the simulator fitted.
+        ``profile``: a simulator profile, or its name or file.
 
         Taken: the GPU's name, memory, count, compute capability and interconnect; the model's
         config (layers, hidden, vocabulary, context, KV bytes and heads, experts), its weights'
@@ -71,6 +72,8 @@ class BoxFacts:
         of its parameters). Not taken: bandwidth and compute efficiencies, overheads,
         all-reduce costs, acceptance, activation and CUDA-graph memory, start-up durations.
         """
+        if isinstance(profile, str):
+            profile = load_profile(profile)
         hw, model = profile.hardware, profile.model
         alg = algorithm or next(iter(profile.drafts), "EAGLE3")
         draft = profile.drafts.get(alg)
