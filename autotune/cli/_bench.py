@@ -163,10 +163,10 @@ def search(
         str,
         typer.Option(
             "--samplers",
-            help="Comma-separated: default, tpe, random, grid, sglang-auto, twin; ablations "
-            "of default: no-informed, no-learning, no-refusal.",
+            help="Comma-separated: default, gp, tpe, random, grid, sglang-auto, twin; "
+            "ablations of default: no-informed, no-learning, no-refusal.",
         ),
-    ] = "default,tpe,random,grid,sglang-auto",
+    ] = "default,gp,tpe,random,grid,sglang-auto",
     twin_errors: Annotated[
         str | None,
         typer.Option(
@@ -176,12 +176,16 @@ def search(
         ),
     ] = None,
     enqueued: Annotated[
-        bool,
+        str,
         typer.Option(
-            "--enqueued/--no-enqueued",
-            help="Run the space's own configurations first (the baseline always runs).",
+            "--enqueued",
+            help="with: run the space's own configurations first; without: leave them out; "
+            "both: each strategy both ways, in one table (the baseline always runs).",
         ),
-    ] = True,
+    ] = "with",
+    no_enqueued: Annotated[
+        bool, typer.Option("--no-enqueued", help="The same as --enqueued without.")
+    ] = False,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per sampler.")] = 10,
     budget: Annotated[int, typer.Option("--budget", min=1, help="Trials per study.")] = 40,
     noise: Annotated[
@@ -212,6 +216,11 @@ def search(
     from autotune.space import load_space
     from autotune.study import choose_sampler
 
+    modes = {"with": (True,), "without": (False,), "both": (True, False)}
+    if enqueued not in modes:
+        raise ConfigError(
+            f"unknown value {enqueued!r}", source="--enqueued", hint="choose with, without or both"
+        )
     chosen = [s.strip() for s in samplers.split(",") if s.strip()]
     if any(name in PLANS and PLANS[name].sampler is None for name in chosen):
         # the tuner's own sampler: without PyTorch its studies are TPE's, and the table says so
@@ -234,7 +243,7 @@ def search(
         on_study=note,
         jobs=jobs,
         twin_errors=parse_errors(twin_errors),
-        enqueued=enqueued,
+        enqueued=(False,) if no_enqueued else modes[enqueued],
     )
     paths = write_outputs(result, out)
     if as_json:

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from autotune._errors import ConfigError
+
 app = typer.Typer(
     no_args_is_help=True,
     help="The digital twin of a study's box: its fitted simulator profile.",
@@ -65,12 +67,24 @@ def check(
             "bandwidth=0.85,acceptance=0.9,allreduce=1.5; none: no errors).",
         ),
     ] = None,
+    sampler: Annotated[
+        str,
+        typer.Option(
+            "--sampler",
+            help="The study's sampler: gp (the whole --trials, spread over the space) or twin "
+            "(the twin-guided search, which stops once it expects no better).",
+        ),
+    ] = "gp",
 ) -> None:
     """Run a study on the simulator (the search benchmark's oracle), fit the twin to it as
     `twin export` does, and print how far the fitted profile's predictions at random
     feasible configurations are from the true profile's, and what it learned."""
     from autotune.cli._twin_study import check_twin, parse_errors
 
+    if sampler not in ("gp", "twin"):
+        raise ConfigError(
+            f"unknown sampler {sampler!r}", source="--sampler", hint="choose gp or twin"
+        )
     result = check_twin(
         space,
         profile=profile,
@@ -78,5 +92,6 @@ def check(
         seed=seed,
         configs=configs,
         errors=parse_errors(errors),
+        sampler=sampler,
     )
     typer.echo("\n".join(result.lines()))

@@ -139,8 +139,11 @@ def check_twin(
     seed: int = 0,
     configs: int = 20,
     errors: Mapping[str, float] | None = None,
+    sampler: str = "gp",
 ) -> CheckResult:
-    """Run a study on the simulator, export its twin, compare with the truth (module doc)."""
+    """Run a study on the simulator, export its twin, compare with the truth (module doc);
+    ``sampler``: the study's (``gp``: the full ``trials``, spread over the space; ``auto`` or
+    ``twin``: the twin-guided search, which stops when it expects no better)."""
     import time
 
     from autotune.engines import create_engine
@@ -154,7 +157,7 @@ def check_twin(
     with tempfile.TemporaryDirectory(prefix="autotune-twin-check-") as tmp:
         folder = Path(tmp)
         name = f"twin-check-{seed}"
-        study = _run_study(space, engine, oracle, name, seed, trials, folder)
+        study = _run_study(space, engine, oracle, name, seed, trials, folder, sampler=sampler)
         start = time.perf_counter()
         facts = BoxFacts.from_profile(truth.profile)
         twin = twin_of_study(study, facts=facts, errors=errors, seed=seed)
@@ -248,6 +251,8 @@ def _run_study(
     seed: int,
     trials: int,
     folder: Path,
+    *,
+    sampler: str = "gp",
 ) -> optuna.Study:
     """A study of ``trials`` trials by the tuner's loop, answered by the oracle, its trials
     carrying the memory lines the simulated server prints, in a SQLite file under
@@ -256,12 +261,17 @@ def _run_study(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     from autotune.searchbench._oracle import OracleEvaluator
+    from autotune.study._choice import choose_sampler
     from autotune.study._runner import StudyRunner
     from autotune.study._setup import StudyOptions, finish_setup, set_target
     from autotune.study._space_record import store_space
     from autotune.study._storage import StudyPaths
 
-    options = StudyOptions(study_name=name, seed=seed, n_trials=trials, progress=False)
+    if sampler == "gp":  # the GP sampler, or TPE where it cannot serve
+        sampler = choose_sampler("auto", conditional=space.conditional).name
+    options = StudyOptions(
+        study_name=name, seed=seed, n_trials=trials, progress=False, sampler=sampler
+    )
     options = dataclasses.replace(options, confirm=False)
     url = f"sqlite:///{folder / 'check.db'}"
     study = optuna.create_study(

@@ -51,8 +51,9 @@ class SearchBenchResult:
     seconds: float
     #: The space's constraints, as it describes them.
     constraints: tuple[str, ...] = ()
-    #: Whether the studies ran the space's own configurations first.
-    enqueued: bool = True
+    #: Whether the studies ran the space's own configurations first: (True,), (False,), or
+    #: both (each strategy's studies without them are the rows named ``STRATEGY`` + :data:`BARE`).
+    enqueued: tuple[bool, ...] = (True,)
     #: What the ``twin`` strategy's prior was wrong by (group, factor).
     twin_errors: tuple[tuple[str, float], ...] = ()
 
@@ -64,7 +65,7 @@ class SearchBenchResult:
             "seeds": self.seeds,
             "optimum": dataclasses.asdict(self.optimum),
             "constraints": list(self.constraints),
-            "enqueued": self.enqueued,
+            "enqueued": list(self.enqueued),
             "twin_errors": dict(self.twin_errors),
             "strategies": {s.strategy: s.to_dict() for s in self.summaries},
             **(
@@ -104,12 +105,13 @@ def run_search_benchmark(
     on_study: Callable[[str, int], None] | None = None,
     jobs: int = 1,
     twin_errors: Mapping[str, float] | None = None,
-    enqueued: bool = True,
+    enqueued: bool | Sequence[bool] = True,
 ) -> SearchBenchResult:
     """Every strategy's studies over ``seeds`` seeds, scored against the space's true optimum;
     ``jobs``: worker processes for the optimum's evaluations and the studies; ``twin_errors``:
     what the ``twin`` strategy's prior is wrong by; ``enqueued=False``: every study without
-    the space's own configurations."""
+    the space's own configurations; ``(True, False)``: each strategy both ways, against the one
+    optimum (the studies without them are summarised as ``STRATEGY`` + :data:`BARE`)."""
     unknown = [s for s in strategies if s not in STRATEGIES + ABLATIONS]
     if unknown:
         raise ConfigError(
@@ -126,13 +128,18 @@ def run_search_benchmark(
     optimum = find_optimum(space, oracle, engine, jobs=jobs)
     log.info("optimum %.2f at %s", optimum.value, optimum.params)
     maximize = space.objective.direction == "maximize"
-    tasks = [(strategy, seed) for strategy in strategies for seed in range(seeds)]
+    modes = (enqueued,) if isinstance(enqueued, bool) else tuple(dict.fromkeys(enqueued))
+    both = len(modes) > 1
+    tasks = [
+        (strategy, seed, mode) for mode in modes for strategy in strategies for seed in range(seeds)
+    ]
     with tempfile.TemporaryDirectory(prefix="autotune-searchbench-") as folder:
 
-        def study(task: tuple[str, int]) -> StudyScore:
-            strategy, seed = task
+        def study(task: tuple[str, int, bool]) -> StudyScore:
+            strategy, seed, mode = task
+            label = strategy if mode or not both else strategy + BARE
             if on_study is not None:
-                on_study(strategy, seed)
+                on_study(label, seed)
             trace = run_study(
                 space,
                 engine,
@@ -143,14 +150,16 @@ def run_search_benchmark(
                 folder=Path(folder),
                 noise=noise,
                 twin_errors=twin_errors,
-                enqueued=enqueued,
+                enqueued=mode,
             )
-            return score_study(
+            score = score_study(
                 trace, optimum.value, oracle.gpus, maximize=maximize, load_optima=optimum.loads
             )
+            return dataclasses.replace(score, strategy=label)
 
         scores = fork_map(study, tasks, jobs)
-    summaries = [summarise([s for s in scores if s.strategy == name]) for name in strategies]
+    labels = list(dict.fromkeys(s.strategy for s in scores))
+    summaries = [summarise([s for s in scores if s.strategy == name]) for name in labels]
     return SearchBenchResult(
         model.profile.name,
         space.source,
@@ -161,17 +170,33 @@ def run_search_benchmark(
         tuple(scores),
         time.monotonic() - started,
         tuple(c.describe() for c in space.objective.constraints),
-        enqueued,
+        modes,
         tuple(sorted((twin_errors or {}).items())),
     )
+
+
+#: The suffix of a strategy's rows run without the space's enqueued configurations, where the
+#: benchmark ran each strategy both ways.
+BARE = "/bare"
+
+
+def _enqueued_words(modes: tuple[bool, ...]) -> str:
+    if modes == (False,):
+        return ", without the space's enqueued configurations"
+    if len(modes) > 1:
+        return (
+            f", each strategy with and without the space's enqueued configurations (rows "
+            f"'STRATEGY{BARE}': without them; the baseline and SGLang's automatic choice run in "
+            "both)"
+        )
+    return ""
 
 
 def format_table(result: SearchBenchResult) -> str:
     opt = result.optimum
     lines = [
         f"profile {result.profile}, space {result.space}: {result.seeds} seeds x "
-        f"{result.budget} trials"
-        + ("" if result.enqueued else ", without the space's enqueued configurations"),
+        f"{result.budget} trials" + _enqueued_words(result.enqueued),
         f"optimum {opt.value:.2f} at {opt.params}",
         f"space: {opt.evaluated} configurations; "
         + ", ".join(f"{k} {v}" for k, v in sorted(opt.statuses.items()))
@@ -180,9 +205,10 @@ def format_table(result: SearchBenchResult) -> str:
     for label, value in opt.loads.items():
         lines.append(f"optimum at {label}: {value:.2f} at {opt.load_params[label]}")
     loads = bool(opt.loads)
+    width = max(12, *(len(s.strategy) for s in result.summaries))
     lines += [
         "",
-        f"{'strategy':<12} {'trials to 95%':>13} {'trials to 98%':>13} {'GPU h to 98%':>12} "
+        f"{'strategy':<{width}} {'trials to 95%':>13} {'trials to 98%':>13} {'GPU h to 98%':>12} "
         f"{'reached 98%':>11} {'crash share':>11} {'final':>7} {'GPU h':>8}"
         + (f" {'loads 98%':>9}" if loads else ""),
     ]
@@ -192,16 +218,19 @@ def format_table(result: SearchBenchResult) -> str:
 
     for s in result.summaries:
         lines.append(
-            f"{s.strategy:<12} {num(s.median_trials_to_95, '.1f'):>13} "
+            f"{s.strategy:<{width}} {num(s.median_trials_to_95, '.1f'):>13} "
             f"{num(s.median_trials_to_98, '.1f'):>13} {num(s.median_gpu_hours_to_98, '.1f'):>12} "
             f"{s.reached_98:>10.0%} {s.median_crash_share:>11.1%} {s.median_final:>7.1%} "
             f"{s.median_gpu_hours:>8.1f}"
             + (f" {f'{s.loads_within_98}/{s.seeds}':>9}" if loads else "")
         )
-    twin = [s.strategy for s in result.summaries if s.strategy == "twin"]
+    twin = any(s.strategy.removesuffix(BARE) in ("twin", "default") for s in result.summaries)
     if twin:
         wrong = ", ".join(f"{k} x{v:g}" for k, v in result.twin_errors) or "none"
-        lines.append(f"twin: its prior from the box's knowable facts, wrong by: {wrong}")
+        lines.append(
+            f"the twin (of twin, and of default where it chooses the twin): its prior from the "
+            f"box's knowable facts, wrong by: {wrong}"
+        )
     if result.constraints:
         lines += _constraint_lines(result)
     lines.append("")
@@ -252,17 +281,19 @@ def _confirmation_table(result: SearchBenchResult) -> list[str]:
     confirmed = [s for s in result.summaries if s.verdicts is not None]
     if not confirmed:
         return []
+    width = max(12, *(len(s.strategy) for s in confirmed))
     lines = [
         "",
         "confirmation: the best candidates and the baseline re-measured interleaved; the "
         "choice judged at noise 0 against the better of the optimum and the baseline",
-        f"{'strategy':<12} {'confirmed':>9} {'within 98%':>10} {'wrong pays':>10} "
+        f"{'strategy':<{width}} {'confirmed':>9} {'within 98%':>10} {'wrong pays':>10} "
         f"{'confirm GPU h':>13}  verdicts",
     ]
     for s in confirmed:
         kinds = ", ".join(f"{k} {v}" for k, v in (s.verdicts or {}).items())
         lines.append(
-            f"{s.strategy:<12} {s.median_confirmed or 0.0:>9.1%} {s.confirmed_98 or 0.0:>10.0%} "
+            f"{s.strategy:<{width}} {s.median_confirmed or 0.0:>9.1%} "
+            f"{s.confirmed_98 or 0.0:>10.0%} "
             f"{s.wrong_pays:>10} {s.median_confirm_gpu_hours or 0.0:>13.1f}  {kinds}"
         )
     limited = [s for s in confirmed if s.confirmed_feasible is not None and result.constraints]

@@ -8,9 +8,14 @@ trials, the refusals before launch, the lessons of crashes, the handling of dupl
 recording are the tuner's own code; a strategy only sets the loop's options:
 
 ``default``
-    ``autotune study start`` as it comes: :func:`~autotune.study.build_sampler`'s choice
-    (GPSampler, or TPE for a conditional space) behind :class:`~autotune.study.AutotuneSampler`,
-    after the baseline, the space's own configurations and SGLang's automatic choice.
+    ``autotune study start`` as it comes: :func:`~autotune.study.build_sampler`'s choice (on the
+    simulator of an SGLang server with one objective and no latency limits, the twin-guided
+    sampler; else GPSampler, or TPE for a conditional space), after the baseline, the space's own
+    configurations and SGLang's automatic choice.
+``gp``
+    ``autotune study start --sampler gp``, the tuner's sampler without the twin: GPSampler (TPE
+    for a conditional space or without PyTorch) behind :class:`~autotune.study.AutotuneSampler`,
+    after the same first trials.
 ``tpe`` / ``random``
     Optuna's TPESampler (multivariate) / RandomSampler as they come in place of the tuner's
     sampler, after the same baseline and space configurations; only what SGLang's rules refuse
@@ -24,8 +29,9 @@ recording are the tuner's own code; a strategy only sets the loop's options:
     ``autotune study start --sampler twin``: the twin-guided sampler
     (:mod:`autotune.study._twin_sampler`), its prior built from what a user knows of the
     profile's box (:meth:`~autotune.twin.BoxFacts.from_profile`), wrong by the benchmark's
-    ``twin_errors``; one trial per speculative combination, the search stopped when the best is
-    within 1% of the twin's predicted optimum.
+    ``twin_errors`` (as ``default`` is, where ``auto`` chooses the twin); one trial per
+    speculative combination, the search stopped when the best is within 1% of the twin's
+    predicted optimum.
 ``sglang-auto``
     the configuration a user gets by setting nothing: the space with nothing searched, so after
     the baseline one trial runs with speculation on and every searched knob left to SGLang.
@@ -49,6 +55,7 @@ from autotune.engines import Engine
 from autotune.searchbench._bookkeeping import StudyTrace, trace_of
 from autotune.searchbench._oracle import Oracle, OracleEvaluator
 from autotune.space import SearchSpace
+from autotune.study._choice import choose_sampler
 from autotune.study._runner import StudyRunner
 from autotune.study._setup import StudyOptions, finish_setup, set_target
 from autotune.study._storage import StudyPaths
@@ -56,7 +63,7 @@ from autotune.study._storage import StudyPaths
 if TYPE_CHECKING:
     import optuna
 
-STRATEGIES = ("default", "tpe", "random", "grid", "sglang-auto", "twin")
+STRATEGIES = ("default", "gp", "tpe", "random", "grid", "sglang-auto", "twin")
 ABLATIONS = ("no-informed", "no-learning", "no-refusal")
 
 
@@ -82,6 +89,7 @@ _PLAIN = Plan(informed=False, learn=False, refuse=False)
 
 PLANS: dict[str, Plan] = {
     "default": Plan(),
+    "gp": Plan(tuner_sampler="gp"),
     "tpe": dataclasses.replace(_PLAIN, sampler="tpe"),
     "random": dataclasses.replace(_PLAIN, sampler="random"),
     "grid": dataclasses.replace(_PLAIN, sampler="random", sequence="grid"),
@@ -120,13 +128,16 @@ def run_study(
     if plan.sequence == "auto":
         space = dataclasses.replace(space, parameters=(), enqueued=())
     name = f"{strategy}-{seed}"
+    sampler = plan.tuner_sampler
+    if sampler == "gp":  # the tuner's choice without the twin: TPE where GP cannot serve
+        sampler = choose_sampler("auto", conditional=space.conditional).name
     options = StudyOptions(
         study_name=name,
         seed=seed,
         informed=plan.informed,
         n_trials=budget,
         progress=False,
-        sampler=plan.tuner_sampler,
+        sampler=sampler,
         twin_errors=tuple(sorted((twin_errors or {}).items())),
     )
     study = optuna.create_study(

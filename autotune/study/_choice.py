@@ -5,9 +5,11 @@ Optuna's GPSampler needs PyTorch (its CPU build is enough), which autotune insta
 has the torch build the engine pins, and a fresh CPU machine need not download one for the
 demo. The choice therefore depends on whether torch can be imported here:
 
-* ``auto`` (the default) is GPSampler, or TPE for a conditional space (GPSampler does not model
-  parameters that exist only for some values of others); without torch it is TPE, and the
-  choice carries a note that says so once, why, and how to get the GP sampler;
+* ``auto`` (the default) is the twin-guided sampler where the twin can serve the study
+  (:func:`twin_ready`: an SGLang server or its simulator, the box's facts known, one objective
+  and no latency limits); elsewhere GPSampler, or TPE for a conditional space (GPSampler does
+  not model parameters that exist only for some values of others); without torch it is TPE,
+  and the choice carries a note that says so once, why, and how to get the GP sampler;
 * ``gp`` asked for explicitly without torch is a :class:`~autotune._errors.ConfigError`, raised
   before the study is created, since the user asked for a sampler that cannot run here;
 * ``tpe`` and ``random`` never need torch (and never import it);
@@ -71,13 +73,27 @@ def torch_missing() -> str | None:
     return None
 
 
+def twin_ready(space: SearchSpace, facts_file: str | None) -> bool:
+    """Whether ``auto`` gives the twin-guided sampler for ``space``: the twin models SGLang
+    (a real server with the box's facts in ``facts_file``, or the simulator, whose profile gives
+    them) and searches one objective without latency limits (it predicts throughput, not
+    latency percentiles; GPSampler learns those limits as constraints)."""
+    objective = space.objective
+    if objective.multi or objective.constraints:
+        return False
+    kind = space.engine.kind
+    return kind == "sim" or (kind == "sglang" and facts_file is not None)
+
+
 def choose_sampler(
     requested: str,
     *,
     conditional: bool,
     source: str = "--sampler",
+    twin: bool = False,
 ) -> SamplerChoice:
-    """The sampler for ``requested`` on a space that is (or is not) ``conditional``.
+    """The sampler for ``requested`` on a space that is (or is not) ``conditional``;
+    ``twin``: the twin can serve this study (:func:`twin_ready`), so ``auto`` is the twin.
 
     Raises:
         ConfigError: an unknown sampler name, or ``gp`` where PyTorch cannot be imported.
@@ -90,6 +106,8 @@ def choose_sampler(
         )
     if requested in ("tpe", "random", "twin"):
         return SamplerChoice(requested, requested)
+    if requested == "auto" and twin:
+        return SamplerChoice(requested, "twin")
     if requested == "auto" and conditional:
         return SamplerChoice(requested, "tpe")
     why = torch_missing()
@@ -126,10 +144,11 @@ def build_sampler(
     facts: BoxFacts | None = None,
     twin_errors: Mapping[str, float] | None = None,
 ) -> AutotuneSampler:
-    """The study's sampler: ``auto`` is GPSampler unless the space is conditional (then TPE)
-    or PyTorch is missing here (then TPE; see :mod:`autotune.study._choice`); ``twin`` is
-    :class:`~autotune.study._twin_sampler.TwinSampler`, its twin's prior from ``facts``
-    (wrong by ``twin_errors``), over ``auto``'s choice.
+    """The study's sampler: ``twin`` is :class:`~autotune.study._twin_sampler.TwinSampler`,
+    its twin's prior from ``facts`` (wrong by ``twin_errors``), over the choice ``auto`` makes
+    without a twin; ``auto`` is that twin sampler where ``facts`` are given and
+    :func:`twin_ready` holds, else GPSampler unless the space is conditional (then TPE) or
+    PyTorch is missing here (then TPE; see :mod:`autotune.study._choice`).
 
     Both handle a multi-objective study (GPSampler: log expected hypervolume improvement,
     constrained; TPE: its multi-objective split), with the same constraints.
@@ -145,7 +164,8 @@ def build_sampler(
 
     from autotune.study._sampler import AutotuneSampler
 
-    choice = choose_sampler(name, conditional=space.conditional).name
+    twin = facts is not None and twin_ready(space, "facts")
+    choice = choose_sampler(name, conditional=space.conditional, twin=twin).name
     if choice == "twin":
         return _twin_sampler(
             space,

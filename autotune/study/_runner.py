@@ -25,7 +25,7 @@ from autotune._knobs import ServerConfig
 from autotune.bench import BenchmarkResult
 from autotune.engines import Engine
 from autotune.space import SearchSpace, load_space
-from autotune.study._choice import build_sampler, choose_sampler
+from autotune.study._choice import build_sampler, choose_sampler, twin_ready
 from autotune.study._claims import (
     claim,
     configuration,
@@ -121,7 +121,9 @@ def start_study(options: StudyOptions) -> StudySummary:
         raise AutotuneError("a study needs a search space", hint="give one with --space FILE")
     space = load_space(options.space_path)
     # a sampler that cannot run here is refused before the study is created
-    choose_sampler(options.sampler, conditional=space.conditional)
+    choose_sampler(
+        options.sampler, conditional=space.conditional, twin=twin_ready(space, options.facts)
+    )
     _facts(space, options)
     name = options.study_name or space.name
     paths = study_paths(
@@ -146,7 +148,9 @@ def start_study(options: StudyOptions) -> StudySummary:
 def resume_study(options: StudyOptions) -> StudySummary:
     """Continue a study: fail and re-queue trials of a dead tuner, then run to the target."""
     paths, study, space = _existing(options)
-    choose_sampler(options.sampler, conditional=space.conditional)
+    choose_sampler(
+        options.sampler, conditional=space.conditional, twin=twin_ready(space, options.facts)
+    )
     _facts(space, options)
     engine = make_engine(space)
     target = set_target(study, options.n_trials, more=options.more_trials)
@@ -163,12 +167,16 @@ def resume_study(options: StudyOptions) -> StudySummary:
 
 
 def _facts(space: SearchSpace, options: StudyOptions) -> Any:
-    """The box's facts for ``--sampler twin`` (None for other samplers).
+    """The box's facts for the twin sampler (``--sampler twin``, or ``auto`` where the twin can
+    serve the study); None for other samplers.
 
     Raises:
         ConfigError: the twin sampler on a real box without ``--facts``.
     """
-    if options.sampler != "twin":
+    wanted = options.sampler == "twin" or (
+        options.sampler == "auto" and twin_ready(space, options.facts)
+    )
+    if not wanted:
         return None
     from autotune.study._twin_trials import twin_facts
 
@@ -248,7 +256,11 @@ class StudyRunner:
         #: The sampler's note (TPE in place of GP without PyTorch), printed once by :meth:`run`.
         self.sampler_note: str | None = None
         if sampler is None:
-            choice = choose_sampler(options.sampler, conditional=space.conditional)
+            choice = choose_sampler(
+                options.sampler,
+                conditional=space.conditional,
+                twin=twin_ready(space, options.facts),
+            )
             self.sampler_note = choice.note
         self.sampler = sampler or build_sampler(
             options.sampler,

@@ -6,8 +6,9 @@ before each proposal fits it to every finished trial of the study. It then:
 
 * scores every speculative combination (steps, top-k, draft tokens, all-reduce mode, algorithm:
   every searched knob but the settled ones) not measured yet, by its expected improvement over
-  the best measured value across the twin's particles (its uncertainty); a combination already
-  measured, queued or running is never proposed again;
+  the best measured value across the twin's particles (its uncertainty), counting only the gain
+  beyond :data:`MARGIN` of it (a gain within noise is none); a combination already measured,
+  queued or running is never proposed again;
 * sets the settled knobs (:data:`SETTLED_KNOBS`: the CUDA-graph batch, the static memory share),
   which change nothing away from the crash edges, at the twin's safest good value for the
   combination rather than searching them;
@@ -17,7 +18,9 @@ before each proposal fits it to every finished trial of the study. It then:
 * says when to stop (:meth:`TwinSampler.stop_reason`): the best measured configuration is
   within ``stop_share`` of the twin's predicted optimum over the combinations not yet
   measured, both as the twin sees them (the incumbent's expected value, the 97.5th percentile of
-  the best untried combination), so that one lucky measurement does not end the search.
+  the best untried combination), so that one lucky measurement does not end the search; or the
+  twin expects under :data:`STOP_GAIN` of the best from the best untried combination, beyond
+  the :data:`MARGIN` of noise.
 
 Where every combination has been measured or refused, the wrapped sampler proposes as
 :class:`~autotune.study.AutotuneSampler` does.
@@ -59,6 +62,15 @@ SHORTLIST = 8
 SETTLED_VALUES = 7
 #: Measured trials of the sampler's own proposals before the twin may stop the search.
 MIN_SEARCHED = 6
+#: The share of the best measured value an improvement must exceed to count (expected
+#: improvement's margin): a gain within run-to-run noise is one no measurement can tell apart,
+#: so the neighbours of a measured combination (a draft-token count one or two away) do not
+#: outrank combinations the twin knows less about.
+MARGIN = 0.01
+#: The search stops once the best untried combination's expected gain beyond :data:`MARGIN`
+#: is under this share of the best measured value: the twin gives little weight to any
+#: untried combination beating the best by more than run-to-run noise.
+STOP_GAIN = 0.001
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,9 @@ class TwinPlan:
     #: The twin's optimistic value (its particles' 97.5th percentile) of the best untried
     #: combination that starts: what the search may still find.
     predicted: float | None
+    #: The best untried combination's expected gain over ``best`` beyond :data:`MARGIN` of it
+    #: (None: nothing measured, or nothing left).
+    gain: float | None = None
 
 
 class TwinSampler(AutotuneSampler):
@@ -166,6 +181,13 @@ class TwinSampler(AutotuneSampler):
             return None
         if plan.predicted is None:
             return "the twin expects none of the best untried combinations to start"
+        if plan.gain is not None and plan.gain <= STOP_GAIN * abs(plan.best):
+            return (
+                f"the twin expects under {STOP_GAIN:.1%} of the best measured "
+                f"({plan.best:.4g} as the twin sees it) from any combination not measured, "
+                f"beyond the {MARGIN:.0%} of run-to-run noise (expected gain "
+                f"{plan.gain:.3g})"
+            )
         ratio = plan.predicted / plan.best
         gain = ratio - 1.0 if self.maximize else 1.0 - ratio
         if gain > self.stop_share:
@@ -239,17 +261,20 @@ class TwinSampler(AutotuneSampler):
         highs = [h for _, _, odds, _, h in chosen if odds <= CRASH_ODDS and h is not None]
         predicted = None if not highs else (max(highs) if self.maximize else min(highs))
         log.info(
-            "twin: best measured (the twin's value) %s, best untried %s (%s), optimistic %s",
+            "twin: best measured (the twin's value) %s, best untried %s (%s), optimistic %s, "
+            "expected gain %s",
             best,
             _short(ranked[0][0]),
             f"crash odds {ranked[0][1]:.0%}",
             predicted,
+            chosen[0][1],
         )
         # the rest in the first pass's order, with its crash odds at the current settled knobs
         for i, c in zip(order[SHORTLIST:], rest, strict=True):
             ranked.append(({**c, **self.settled}, float(pred.crash_probability[i]),
                            pred.crash_reason[i]))  # fmt: skip
-        return TwinPlan(tuple(ranked), best, predicted)
+        gain = chosen[0][1] if best is not None else None
+        return TwinPlan(tuple(ranked), best, predicted, gain)
 
     def _settle(
         self, combo: Mapping[str, Any], best: float | None, sign: float
@@ -302,14 +327,27 @@ class TwinSampler(AutotuneSampler):
 
 
 def _improvement(
-    samples: np.ndarray, weights: np.ndarray, best: float | None, sign: float, *, given_start: bool
+    samples: np.ndarray,
+    weights: np.ndarray,
+    best: float | None,
+    sign: float,
+    *,
+    given_start: bool,
+    margin: float = MARGIN,
 ) -> np.ndarray:
-    """Expected improvement over ``best`` across the particles (a crash improves nothing);
-    ``given_start``: given that the configuration starts. Without a measured value: the
-    expected value itself."""
+    """Expected improvement over ``best`` by more than ``margin`` of it, across the particles
+    (a crash improves nothing); ``given_start``: given that the configuration starts. Without a
+    measured value: the expected value itself."""
     ok = ~np.isnan(samples)
     values = np.where(ok, sign * samples, 0.0)
-    gain = values if best is None else np.maximum(0.0, values - sign * best)
+    if best is None:
+        gain = values
+    else:
+        bar = sign * best + margin * abs(best)
+        # beyond the margin; a tiny share of the plain improvement breaks ties among those
+        # that are all within it (most likely the best of them first)
+        plain = np.maximum(0.0, values - sign * best)
+        gain = np.maximum(0.0, values - bar) + 1e-3 * plain
     gain = np.where(ok, gain, 0.0)
     w = weights[:, None] * (ok if given_start else np.ones_like(ok))
     total = w.sum(axis=0)

@@ -17,6 +17,7 @@ from autotune.study import AutotuneSampler
 from autotune.study._evaluate import RulesOnly
 from autotune.study._runner import StudyRunner
 from autotune.study._setup import make_engine
+from autotune.study._twin_sampler import TwinSampler
 
 # Optuna's GP optimiser warns on a converged study; not what these tests are about
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -46,11 +47,17 @@ def study(path: Path, strategy: str, budget: int, tmp_path: Path, seed: int = 0)
     return run_study(space, make_engine(space), oracle, strategy, seed, budget, folder=tmp_path)
 
 
-def test_default_is_study_start(tiny_space: Path, tmp_path: Path, spy: list[Spy]) -> None:
-    trace = study(tiny_space, "default", 8, tmp_path)
+@pytest.mark.parametrize(("strategy", "twin"), [("default", True), ("gp", False)])
+def test_default_is_study_start(
+    tiny_space: Path, tmp_path: Path, spy: list[Spy], strategy: str, twin: bool
+) -> None:
+    """``default`` is what ``study start`` chooses on the simulator: the twin-guided sampler
+    (over GPSampler); ``gp`` is the tuner's sampler without the twin."""
+    trace = study(tiny_space, strategy, 8, tmp_path)
     (runner,) = spy
     assert isinstance(runner.evaluator, OracleEvaluator)
     assert isinstance(runner.sampler, AutotuneSampler)
+    assert isinstance(runner.sampler, TwinSampler) is twin
     assert isinstance(runner.sampler.base, optuna.samplers.GPSampler)
     assert runner.sampler.n_startup_trials == runner.options.n_startup_trials == 6
     assert runner.learn and not isinstance(runner.feasibility, RulesOnly)

@@ -97,7 +97,10 @@ def test_without_torch_the_choice_falls_back_only_where_it_may(tmp_path: Path) -
 
 
 def test_study_without_torch_runs_with_tpe_and_says_so_once(tmp_path: Path) -> None:
-    space = small_space(tmp_path)
+    # a latency limit (one that never binds): a space the twin does not serve, so ``auto`` is
+    # the GP sampler where PyTorch is installed
+    limit = {"metric": "output_tok_s", "constraints": [{"metric": "itl_p99_ms", "max": 1e6}]}
+    space = small_space(tmp_path, edit={"objective": limit})
     studies = tmp_path / "studies"
     n_trials = 9  # beyond the 6 start-up trials: TPE's model proposes the last ones
     run = _python(
@@ -219,3 +222,33 @@ def test_search_benchmark_without_torch_says_its_studies_are_tpe(tmp_path: Path)
     plain = _python(*common, "--samplers", "tpe,random", env=_no_torch(tmp_path))
     assert plain.returncode == 0, plain.describe()
     assert NOTE not in plain.stderr  # Optuna's samplers as they come never needed torch
+
+
+def test_auto_is_the_twin_where_the_twin_can_serve_the_study(tmp_path: Path) -> None:
+    """``auto`` is the twin on an SGLang server whose box's facts are known (the simulator's
+    profile, or a facts file on a real box) with one objective and no latency limits; GP
+    elsewhere, and every sampler asked for by name is kept."""
+    import dataclasses
+
+    from autotune.space import ConstraintSpec, load_space
+    from autotune.study._choice import twin_ready
+
+    sim = load_space(small_space(tmp_path))
+    assert sim.engine.kind == "sim" and twin_ready(sim, None)
+    assert choose_sampler("auto", conditional=False, twin=True).name == "twin"
+    assert choose_sampler("auto", conditional=True, twin=True).name == "twin"
+    for name in ("gp", "tpe", "random"):
+        assert choose_sampler(name, conditional=False, twin=True).name == name
+
+    real = dataclasses.replace(sim, engine=dataclasses.replace(sim.engine, kind="sglang"))
+    assert not twin_ready(real, None)  # no facts of the box: GP
+    assert twin_ready(real, "box.yaml")
+    vllm = dataclasses.replace(sim, engine=dataclasses.replace(sim.engine, kind="vllm"))
+    assert not twin_ready(vllm, "box.yaml")  # the twin models SGLang
+    limited = dataclasses.replace(
+        sim,
+        objective=dataclasses.replace(
+            sim.objective, constraints=(ConstraintSpec("itl_p99_ms", max=5.0),)
+        ),
+    )
+    assert not twin_ready(limited, None)  # the twin predicts no latency percentile

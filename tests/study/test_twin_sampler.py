@@ -167,3 +167,23 @@ def test_a_study_on_the_simulator_reaches_near_the_optimum(
 
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_a_gain_within_noise_does_not_outrank_what_the_twin_knows_less_about() -> None:
+    """A measured combination's neighbour (every particle 0.5% over the best: a gain no
+    measurement can tell apart) scores below a combination that one particle in ten puts 3%
+    over it; without the margin the neighbour would win."""
+    import numpy as np
+
+    from autotune.study._twin_sampler import MARGIN, _improvement
+
+    best = 100.0
+    weights = np.full(10, 0.1)
+    neighbour = np.full(10, 100.5)
+    unknown = np.array([103.0] + [95.0] * 9)
+    samples = np.stack([neighbour, unknown], axis=1)
+    score = _improvement(samples, weights, best, 1.0, given_start=True)
+    assert MARGIN == 0.01
+    assert score[1] > score[0] > 0  # the neighbour keeps a tie-breaking share
+    plain = _improvement(samples, weights, best, 1.0, given_start=True, margin=0.0)
+    assert plain[0] > plain[1]

@@ -149,3 +149,23 @@ def test_a_bad_facts_file_names_the_key(exported: tuple[Path, str], tmp_path: Pa
     assert done.returncode != 0
     assert "facts.yaml" in done.stderr and "gpu_cuont" in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_twin_check_of_a_twin_guided_study(tmp_path: Path) -> None:
+    """``twin check --sampler twin`` fits the twin to the twin-guided study (which may stop
+    before ``--trials``) and prints the exported profile's errors; an unknown sampler is one
+    message, exit 2."""
+    import re
+
+    done = autotune(
+        "twin", "check", "--space", str(SPACE), "--trials", "10", "--sampler", "twin", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    study = re.search(r"a study of (\d+) trials \((\d+) measured\)", done.stdout)
+    assert study is not None, done.stdout
+    assert 2 <= int(study.group(1)) <= 10
+    errors = re.search(r"exported twin's predictions there: median ([\d.]+)%", done.stdout)
+    assert errors is not None and float(errors.group(1)) < 5.0, done.stdout
+    bad = autotune("twin", "check", "--space", str(SPACE), "--sampler", "tpe", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "--sampler: unknown sampler 'tpe'" in bad.stderr and "Traceback" not in bad.stderr
