@@ -220,7 +220,7 @@ def _finished(summary: object) -> None:
     if summary.stopped_by == "others":
         why = f" ({summary.running_elsewhere} more running in other workers)"
     elif summary.stopped_by == "twin":
-        why = " (the twin sampler found the best within its share of the predicted optimum)"
+        why = f" (the search stopped: {summary.stop_reason})"
     if summary.verdict is not None:
         typer.echo(summary.verdict.headline)
     elif summary.stopped_by == "timeout":

@@ -107,12 +107,14 @@ class StudySummary:
     ran: int
     debug_log: Path
     #: ``timeout`` (the time budget), ``others`` (other workers run the last trials),
-    #: ``twin`` (the best is within the twin sampler's share of its predicted optimum) or None.
+    #: ``twin`` (the twin sampler expects nothing better among the combinations left) or None.
     stopped_by: str | None = None
     #: Trials other workers were running when this one stopped.
     running_elsewhere: int = 0
     #: The confirmation's verdict (None: not confirmed by this run).
     verdict: Verdict | None = None
+    #: Why the twin stopped the search, in its words (``stopped_by`` ``twin``).
+    stop_reason: str | None = None
 
 
 def start_study(options: StudyOptions) -> StudySummary:
@@ -294,9 +296,16 @@ class StudyRunner:
             self.paths.storage_url,
             self.engine.describe(),
         )
+        base = getattr(self.sampler, "base", None)
+        log.info(
+            "sampler: %s%s",
+            type(self.sampler).__name__,
+            "" if base is None else f" over {type(base).__name__}",
+        )
         started = time.monotonic()
         ran = elsewhere = 0
         stopped_by: str | None = None
+        stop_reason: str | None = None
         verdict: Verdict | None = None
         try:
             with (
@@ -336,7 +345,7 @@ class StudyRunner:
                     if why is not None:
                         log.info("the twin stops the search: %s", why)
                         progress.note(f"search stopped: {why}")
-                        stopped_by = "twin"
+                        stopped_by, stop_reason = "twin", why
                         break
                     # a disk that filled up since the last trial stops the study here, before a
                     # launch whose log could not be written (it would read as a start-up time-out)
@@ -375,6 +384,7 @@ class StudyRunner:
             stopped_by,
             elsewhere,
             verdict,
+            stop_reason,
         )
 
     def confirm_wanted(self) -> bool:

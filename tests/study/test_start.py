@@ -7,6 +7,7 @@ with Optuna alone. It prints the figures of the run (``pytest -s`` shows them).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections import Counter
 from pathlib import Path
@@ -137,13 +138,20 @@ def test_seed_space_study_of_15_trials(tmp_path: Path) -> None:
         timeout=1500,
     )
     assert start.returncode == 0, start.describe()
-    assert "demo: 15 of 15 trials finished" in start.stdout
-    run = StudyRun("demo", studies, SPACES / "eagle3.yaml", 15, start)
+    # the twin-guided search (the default on the simulator) may stop before the target, and
+    # then says why
+    done = re.search(r"demo: (\d+) of 15 trials finished(.*)", start.stdout)
+    assert done is not None, start.describe()
+    finished = int(done.group(1))
+    assert 8 <= finished <= 15, start.describe()
+    if finished < 15:
+        assert done.group(2).startswith(" (the search stopped: "), done.group(2)
+    run = StudyRun("demo", studies, SPACES / "eagle3.yaml", finished, start)
     study = optuna.load_study(study_name="demo", storage=run.storage_url)
 
     trials = finished_trials(study)
-    assert [t.number for t in trials] == list(range(15))
-    assert len(study.trials) == 15, [(t.number, t.state) for t in study.trials]
+    assert [t.number for t in trials] == list(range(finished))
+    assert len(study.trials) == finished, [(t.number, t.state) for t in study.trials]
 
     baseline = trials[0]
     assert baseline.user_attrs["role"] == "baseline"
