@@ -52,7 +52,8 @@ class SearchBenchResult:
     #: The space's constraints, as it describes them.
     constraints: tuple[str, ...] = ()
     #: Whether the studies ran the space's own configurations first: (True,), (False,), or
-    #: both (each strategy's studies without them are the rows named ``STRATEGY`` + :data:`BARE`).
+    #: both (each strategy's studies without them are the rows named ``STRATEGY`` + :data:`BARE`);
+    #: () where the space enqueues none.
     enqueued: tuple[bool, ...] = (True,)
     #: What the ``twin`` strategy's prior was wrong by (group, factor).
     twin_errors: tuple[tuple[str, float], ...] = ()
@@ -129,9 +130,14 @@ def run_search_benchmark(
     log.info("optimum %.2f at %s", optimum.value, optimum.params)
     maximize = space.objective.direction == "maximize"
     modes = (enqueued,) if isinstance(enqueued, bool) else tuple(dict.fromkeys(enqueued))
+    if not space.enqueued:  # nothing to leave out: each strategy runs once (recorded as ())
+        modes = ()
     both = len(modes) > 1
     tasks = [
-        (strategy, seed, mode) for mode in modes for strategy in strategies for seed in range(seeds)
+        (strategy, seed, mode)
+        for mode in modes or (True,)
+        for strategy in strategies
+        for seed in range(seeds)
     ]
     with tempfile.TemporaryDirectory(prefix="autotune-searchbench-") as folder:
 
@@ -181,6 +187,8 @@ BARE = "/bare"
 
 
 def _enqueued_words(modes: tuple[bool, ...]) -> str:
+    if not modes:
+        return ", the space enqueues no configurations (its studies are the same with or without)"
     if modes == (False,):
         return ", without the space's enqueued configurations"
     if len(modes) > 1:
