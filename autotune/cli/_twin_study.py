@@ -261,14 +261,13 @@ def _run_study(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     from autotune.searchbench._oracle import OracleEvaluator
-    from autotune.study._choice import choose_sampler
+    from autotune.study._choice import without_twin
     from autotune.study._runner import StudyRunner
     from autotune.study._setup import StudyOptions, finish_setup, set_target
     from autotune.study._space_record import store_space
     from autotune.study._storage import StudyPaths
 
-    if sampler == "gp":  # the GP sampler, or TPE where it cannot serve
-        sampler = choose_sampler("auto", conditional=space.conditional).name
+    sampler = without_twin(sampler, space)
     options = StudyOptions(
         study_name=name, seed=seed, n_trials=trials, progress=False, sampler=sampler
     )

@@ -55,7 +55,7 @@ from autotune.engines import Engine
 from autotune.searchbench._bookkeeping import StudyTrace, trace_of
 from autotune.searchbench._oracle import Oracle, OracleEvaluator
 from autotune.space import SearchSpace
-from autotune.study._choice import choose_sampler
+from autotune.study._choice import without_twin
 from autotune.study._runner import StudyRunner
 from autotune.study._setup import StudyOptions, finish_setup, set_target
 from autotune.study._storage import StudyPaths
@@ -128,9 +128,7 @@ def run_study(
     if plan.sequence == "auto":
         space = dataclasses.replace(space, parameters=(), enqueued=())
     name = f"{strategy}-{seed}"
-    sampler = plan.tuner_sampler
-    if sampler == "gp":  # the tuner's choice without the twin: TPE where GP cannot serve
-        sampler = choose_sampler("auto", conditional=space.conditional).name
+    sampler = without_twin(plan.tuner_sampler, space)
     options = StudyOptions(
         study_name=name,
         seed=seed,

@@ -73,16 +73,26 @@ def torch_missing() -> str | None:
     return None
 
 
-def twin_ready(space: SearchSpace, facts_file: str | None) -> bool:
+def twin_ready(space: SearchSpace, *, facts_known: bool) -> bool:
     """Whether ``auto`` gives the twin-guided sampler for ``space``: the twin models SGLang
-    (a real server with the box's facts in ``facts_file``, or the simulator, whose profile gives
-    them) and searches one objective without latency limits (it predicts throughput, not
-    latency percentiles; GPSampler learns those limits as constraints)."""
+    (a real server whose box's facts are known, ``facts_known``: a ``--facts`` file, or the
+    simulator, whose profile gives them) and searches one objective without latency limits (it
+    predicts throughput, not latency percentiles; GPSampler learns those limits as
+    constraints)."""
     objective = space.objective
     if objective.multi or objective.constraints:
         return False
     kind = space.engine.kind
-    return kind == "sim" or (kind == "sglang" and facts_file is not None)
+    return kind == "sim" or (kind == "sglang" and facts_known)
+
+
+def without_twin(requested: str, space: SearchSpace) -> str:
+    """The sampler name to run for ``requested`` where ``gp`` means "the tuner without the
+    twin": the GP sampler, or TPE where it cannot serve (a conditional space, or no PyTorch
+    here); any other name is returned as it is."""
+    if requested != "gp":
+        return requested
+    return choose_sampler("auto", conditional=space.conditional).name
 
 
 def choose_sampler(
@@ -164,7 +174,7 @@ def build_sampler(
 
     from autotune.study._sampler import AutotuneSampler
 
-    twin = facts is not None and twin_ready(space, "facts")
+    twin = facts is not None and twin_ready(space, facts_known=True)
     choice = choose_sampler(name, conditional=space.conditional, twin=twin).name
     if choice == "twin":
         return _twin_sampler(

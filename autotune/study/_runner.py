@@ -25,7 +25,7 @@ from autotune._knobs import ServerConfig
 from autotune.bench import BenchmarkResult
 from autotune.engines import Engine
 from autotune.space import SearchSpace, load_space
-from autotune.study._choice import build_sampler, choose_sampler, twin_ready
+from autotune.study._choice import SamplerChoice, build_sampler, choose_sampler, twin_ready
 from autotune.study._claims import (
     claim,
     configuration,
@@ -123,9 +123,7 @@ def start_study(options: StudyOptions) -> StudySummary:
         raise AutotuneError("a study needs a search space", hint="give one with --space FILE")
     space = load_space(options.space_path)
     # a sampler that cannot run here is refused before the study is created
-    choose_sampler(
-        options.sampler, conditional=space.conditional, twin=twin_ready(space, options.facts)
-    )
+    _sampler_choice(space, options)
     _facts(space, options)
     name = options.study_name or space.name
     paths = study_paths(
@@ -150,9 +148,7 @@ def start_study(options: StudyOptions) -> StudySummary:
 def resume_study(options: StudyOptions) -> StudySummary:
     """Continue a study: fail and re-queue trials of a dead tuner, then run to the target."""
     paths, study, space = _existing(options)
-    choose_sampler(
-        options.sampler, conditional=space.conditional, twin=twin_ready(space, options.facts)
-    )
+    _sampler_choice(space, options)
     _facts(space, options)
     engine = make_engine(space)
     target = set_target(study, options.n_trials, more=options.more_trials)
@@ -168,6 +164,16 @@ def resume_study(options: StudyOptions) -> StudySummary:
     return StudyRunner(study, space, engine, paths, options, target).run(recover=True)
 
 
+def _sampler_choice(space: SearchSpace, options: StudyOptions) -> SamplerChoice:
+    """The sampler ``options`` ask for on ``space`` (see :func:`choose_sampler`).
+
+    Raises:
+        ConfigError: an unknown sampler, or one that cannot run here.
+    """
+    twin = twin_ready(space, facts_known=options.facts is not None)
+    return choose_sampler(options.sampler, conditional=space.conditional, twin=twin)
+
+
 def _facts(space: SearchSpace, options: StudyOptions) -> Any:
     """The box's facts for the twin sampler (``--sampler twin``, or ``auto`` where the twin can
     serve the study); None for other samplers.
@@ -176,7 +182,7 @@ def _facts(space: SearchSpace, options: StudyOptions) -> Any:
         ConfigError: the twin sampler on a real box without ``--facts``.
     """
     wanted = options.sampler == "twin" or (
-        options.sampler == "auto" and twin_ready(space, options.facts)
+        options.sampler == "auto" and twin_ready(space, facts_known=options.facts is not None)
     )
     if not wanted:
         return None
@@ -258,11 +264,7 @@ class StudyRunner:
         #: The sampler's note (TPE in place of GP without PyTorch), printed once by :meth:`run`.
         self.sampler_note: str | None = None
         if sampler is None:
-            choice = choose_sampler(
-                options.sampler,
-                conditional=space.conditional,
-                twin=twin_ready(space, options.facts),
-            )
+            choice = _sampler_choice(space, options)
             self.sampler_note = choice.note
         self.sampler = sampler or build_sampler(
             options.sampler,

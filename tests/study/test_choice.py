@@ -234,21 +234,21 @@ def test_auto_is_the_twin_where_the_twin_can_serve_the_study(tmp_path: Path) -> 
     from autotune.study._choice import twin_ready
 
     sim = load_space(small_space(tmp_path))
-    assert sim.engine.kind == "sim" and twin_ready(sim, None)
+    assert sim.engine.kind == "sim" and twin_ready(sim, facts_known=False)
     assert choose_sampler("auto", conditional=False, twin=True).name == "twin"
     assert choose_sampler("auto", conditional=True, twin=True).name == "twin"
     for name in ("gp", "tpe", "random"):
         assert choose_sampler(name, conditional=False, twin=True).name == name
 
     real = dataclasses.replace(sim, engine=dataclasses.replace(sim.engine, kind="sglang"))
-    assert not twin_ready(real, None)  # no facts of the box: GP
-    assert twin_ready(real, "box.yaml")
+    assert not twin_ready(real, facts_known=False)  # no facts of the box: GP
+    assert twin_ready(real, facts_known=True)
     vllm = dataclasses.replace(sim, engine=dataclasses.replace(sim.engine, kind="vllm"))
-    assert not twin_ready(vllm, "box.yaml")  # the twin models SGLang
+    assert not twin_ready(vllm, facts_known=True)  # the twin models SGLang
     limited = dataclasses.replace(
         sim,
         objective=dataclasses.replace(
             sim.objective, constraints=(ConstraintSpec("itl_p99_ms", max=5.0),)
         ),
     )
-    assert not twin_ready(limited, None)  # the twin predicts no latency percentile
+    assert not twin_ready(limited, facts_known=False)  # the twin predicts no latency percentile
