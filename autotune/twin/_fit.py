@@ -18,9 +18,12 @@ the measurements that pin it:
   cost, re-centred on the exact answer after each round, with a Laplace spread;
 * **start-up**: the seconds to ready (or to the crash), linear in the start-up scale and the
   CUDA-graph capture time per batch size;
+* **the activation workspace**, which no line prints: every start that captured its graphs (or
+  ran eager) bounds it from above, every graph-memory crash (or eager run-time one) from below,
+  with the other memory coefficients at the fit's mean; its belief is the prior truncated to
+  those bounds, so the point estimate agrees with every start it saw;
 * **crashes**: a crash of an all-reduce mode marks the mode as failing (kept in the layout); a
-  memory crash, and every start that did not crash, cut the particles that predicted otherwise
-  (the activation workspace, which no line prints, is known only this way).
+  memory crash, and every start that did not crash, cut the particles that predicted otherwise.
 
 The particles are then drawn from the blocks' Gaussians, those that contradict an observed start
 or crash are cut, and the rest carry equal weight.
@@ -28,6 +31,7 @@ or crash are cut, and the rest carry equal weight.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -98,6 +102,7 @@ class Fitter:
         sd = self.prior_sd.copy()
         self.blocks: list[tuple[list[int], np.ndarray]] = []
         self._memory(obs, layout, mean, sd)
+        self._activation(obs, layout, mean, sd)
         self._acceptance(obs, layout, mean, sd)
         self._startup(obs, layout, mean, sd)
         host.set_particles(np.tile(mean, (len(host.z), 1)))
@@ -182,6 +187,51 @@ class Fitter:
         if not rows:
             return
         linear_update(layout, rows, mean, sd, MEMORY_SD)
+
+    # --- the activation workspace, known only by which starts crashed --------------------
+    def _activation(
+        self,
+        obs: Sequence[tuple[ServerConfig, Any]],
+        layout: Layout,
+        mean: np.ndarray,
+        sd: np.ndarray,
+    ) -> None:
+        """Condition the activation workspace on the starts: one that captured its graphs (or
+        ran eager) had room for it, one that crashed for graph memory (or, eager, at run time
+        with its weights in place) had not; with the other memory coefficients at the fit's
+        mean, each start bounds it from one side, and its belief becomes the prior truncated
+        to those bounds (censored measurements: no line prints it)."""
+        if "activation_gib" not in layout.names:
+            return
+        low, high = -np.inf, np.inf
+        v = values_of(layout, mean[None, :])
+        for config, record in obs:
+            outcome = str(record.outcome)
+            if outcome not in ("ok", "oom_cuda_graph", "oom_runtime"):
+                continue
+            failure, with_graphs = (None, None)
+            if config.tp_size > 1:
+                failure, with_graphs = layout.failures.get(config.allreduce, (None, None))
+            graphs = not config.disable_cuda_graph
+            if failure is not None or (graphs and with_graphs is not None):
+                continue  # the start meets another failure first: it bounds nothing here
+            m = self.host.proxy.memory(v, config)
+            if float(m["kv_tokens"][0]) <= 0:
+                continue
+            room = float(m["free"][0]) - (float(m["graph"][0]) if graphs else 0.0)
+            if outcome == "ok":
+                high = min(high, room)
+            elif outcome == ("oom_cuda_graph" if graphs else "oom_runtime"):
+                low = max(low, room)
+        if low == -np.inf and high == np.inf:
+            return
+        i = layout.index("activation_gib")
+        c = layout.coefficients[i]
+        lo = c.to_z(low) if low > 0 else -np.inf
+        hi = c.to_z(high) if high > 0 else -np.inf
+        if not hi > lo:
+            return  # the starts disagree at the fit's mean: leave the prior to the cut
+        mean[i], sd[i] = truncated_normal(float(mean[i]), float(sd[i]), lo, hi)
 
     # --- acceptance ------------------------------------------------------------------------
     def _acceptance(
@@ -395,6 +445,30 @@ def values_of(layout: Layout, z: np.ndarray) -> dict[str, np.ndarray]:
         col = z[:, i]
         out[c.name] = np.clip(col if c.linear else np.exp(col), c.low, c.high)
     return out
+
+
+def truncated_normal(mu: float, sd: float, lo: float, hi: float) -> tuple[float, float]:
+    """The mean and spread of N(``mu``, ``sd``) truncated to (``lo``, ``hi``); where the
+    interval lies far in a tail (no numerical mass), its edge's side, a quarter of its width
+    (or of ``sd``) inside."""
+    a, b = (lo - mu) / sd, (hi - mu) / sd
+
+    def pdf(x: float) -> float:
+        return 0.0 if math.isinf(x) else math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+    def cdf(x: float) -> float:
+        return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+    mass = cdf(b) - cdf(a)
+    if mass < 1e-9:
+        width = (hi - lo) if math.isfinite(hi - lo) else sd
+        step = min(width, sd) / 4
+        return (lo + step, step) if a > 0 else (hi - step, step)
+    ratio = (pdf(a) - pdf(b)) / mass
+    ta = 0.0 if math.isinf(a) else a * pdf(a)
+    tb = 0.0 if math.isinf(b) else b * pdf(b)
+    var = 1.0 + (ta - tb) / mass - ratio * ratio
+    return mu + sd * ratio, sd * math.sqrt(max(var, 1e-6))
 
 
 def linear_update(
