@@ -14,28 +14,12 @@ s07 ends as capture begins, before the assertion its title names).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
-from autotune.crashes import CRASH_CATEGORIES, HEALTHY_CATEGORIES
-
-from ._data import DATA, Labelled, classify_file, labels
+from ._data import DATA, RULES
+from ._heldout import HeldOut, HeldOutLogs
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """One held-out set: what its misses read as, and how many it reads right."""
-
-    folder: str
-    size: int
-    misses: dict[str, str]  # file -> what the rules read it as (its label is in LABELS.tsv)
-    before: int  # right before any rule was changed for this set: the held-out figure
-    now: int
-
 
 SETS = (
     HeldOut(
@@ -93,51 +77,27 @@ SETS = (
         now=6,
     ),
 )
-LOGS = [(s, item) for s in SETS for item in labels(DATA / s.folder)]
+#: The logs the rules were written against, and the engine's other labelled folders.
+OLDER = "".join(
+    (DATA / name / "LABELS.tsv").read_text(encoding="utf-8")
+    for name in ("issues", "unseen", "sglang_logs")
+)
+LOGS = HeldOutLogs(DATA, RULES, SETS, OLDER)
+CASES = LOGS.cases()
 
 
 @pytest.mark.parametrize("held", SETS, ids=[s.folder for s in SETS])
 def test_the_set_is_real_new_and_labelled(held: HeldOut) -> None:
-    folder = DATA / held.folder
-    items = labels(folder)
-    assert len(items) == held.size
-    assert sorted(p.name for p in folder.glob("*.log")) == sorted(i.path.name for i in items)
-    assert {i.category for i in items} <= set(CRASH_CATEGORIES) | set(HEALTHY_CATEGORIES)
-    rows = (folder / "LABELS.tsv").read_text(encoding="utf-8").splitlines()[1:]
-    assert all("\thttps://github.com/" in row for row in rows)
-    urls = {row.split("\t")[2] for row in rows}
-    others = [
-        n
-        for n in (
-            "issues",
-            "unseen",
-            "sglang_logs",
-            "heldout",
-            "heldout2",
-            "heldout3",
-            "heldout4",
-            "heldout5",
-            "heldout6",
-            "heldout7",
-        )
-        if n != held.folder
-    ]
-    seen = " ".join(Path(DATA / n / "LABELS.tsv").read_text(encoding="utf-8") for n in others)
-    assert not [u for u in urls if u + "\t" in seen or u + " " in seen]
+    LOGS.check_set(held)
 
 
-@pytest.mark.parametrize(("held", "item"), LOGS, ids=[f"{s.folder}/{i.path.name}" for s, i in LOGS])
+@pytest.mark.parametrize(("held", "row"), CASES, ids=[f"{s.folder}/{r['file']}" for s, r in CASES])
 def test_each_log_reads_as_its_thread_says_or_as_its_listed_miss(
-    held: HeldOut, item: Labelled
+    held: HeldOut, row: dict[str, str]
 ) -> None:
-    verdict = classify_file(item.path)
-    assert verdict.category == held.misses.get(item.path.name, item.category), verdict.evidence
-    assert held.misses.get(item.path.name) != item.category  # a listed miss is a miss
+    LOGS.check_log(held, row)
 
 
 @pytest.mark.parametrize("held", SETS, ids=[s.folder for s in SETS])
 def test_the_accuracy_it_reaches(held: HeldOut) -> None:
-    items = labels(DATA / held.folder)
-    right = sum(classify_file(i.path).category == i.category for i in items)
-    assert right == held.now == len(items) - len(held.misses)
-    assert held.now >= held.before  # no set reads worse than its held-out figure
+    LOGS.check_accuracy(held)

@@ -13,29 +13,14 @@ heldout7's s04, an assertion whose excerpt does not show that CUDA graphs were b
 
 from __future__ import annotations
 
-import csv
-import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from crashes._heldout import HeldOut, HeldOutLogs
 
-from autotune.crashes import CRASH_CATEGORIES, HEALTHY_CATEGORIES, classify_file
 from autotune.engines.vllm import VLLM_CRASH_RULES
 
 DATA = Path(__file__).resolve().parent / "data"
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """One held-out set: what its misses read as, and how many it reads right."""
-
-    folder: str
-    size: int
-    misses: dict[str, str]  # file -> what the rules read it as (its label is in LABELS.tsv)
-    before: int  # right before any rule was changed for this set: the held-out figure
-    now: int
-
 
 SETS = (
     HeldOut(
@@ -111,48 +96,26 @@ SETS = (
     ),
 )
 
-
-def _rows(folder: str) -> list[dict[str, str]]:
-    with (DATA / folder / "LABELS.tsv").open(newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
-
-
-LOGS = [(s, row) for s in SETS for row in _rows(s.folder)]
+#: The logs the rules were written against (their sources).
+LOGS = HeldOutLogs(DATA, VLLM_CRASH_RULES, SETS, (DATA / "logs.json").read_text(encoding="utf-8"))
+CASES = LOGS.cases()
 
 
 @pytest.mark.parametrize("held", SETS, ids=[s.folder for s in SETS])
 def test_the_set_is_real_new_and_labelled(held: HeldOut) -> None:
-    rows = _rows(held.folder)
-    assert len(rows) == held.size
-    folder = DATA / held.folder
-    assert sorted(p.name for p in folder.glob("*.log")) == sorted(r["file"] for r in rows)
-    assert {r["category"] for r in rows} <= set(CRASH_CATEGORIES) | set(HEALTHY_CATEGORIES)
-    assert all(r["source_url"].startswith("https://github.com/") for r in rows)
-    older = {e["source"] for e in json.loads((DATA / "logs.json").read_text())["logs"]}
-    for other in SETS:
-        if other.folder != held.folder:
-            older |= {r["source_url"] for r in _rows(other.folder)}
-    assert not {r["source_url"] for r in rows} & older
+    LOGS.check_set(held)
 
 
-@pytest.mark.parametrize(("held", "row"), LOGS, ids=[f"{s.folder}/{r['file']}" for s, r in LOGS])
+@pytest.mark.parametrize(("held", "row"), CASES, ids=[f"{s.folder}/{r['file']}" for s, r in CASES])
 def test_each_log_reads_as_its_thread_says_or_as_its_listed_miss(
     held: HeldOut, row: dict[str, str]
 ) -> None:
-    verdict = classify_file(DATA / held.folder / row["file"], VLLM_CRASH_RULES)
-    assert verdict.category == held.misses.get(row["file"], row["category"]), verdict.evidence
-    assert held.misses.get(row["file"]) != row["category"]  # a listed miss is a miss
+    LOGS.check_log(held, row)
 
 
 @pytest.mark.parametrize("held", SETS, ids=[s.folder for s in SETS])
 def test_the_accuracy_it_reaches(held: HeldOut) -> None:
-    rows = _rows(held.folder)
-    right = sum(
-        classify_file(DATA / held.folder / r["file"], VLLM_CRASH_RULES).category == r["category"]
-        for r in rows
-    )
-    assert right == held.now == len(rows) - len(held.misses)
-    assert held.now >= held.before  # no set reads worse than its held-out figure
+    LOGS.check_accuracy(held)
 
 
 def test_at_least_15_real_logs_it_was_not_written_against_read_right() -> None:
