@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from typing import Any
 
 import yaml
@@ -77,14 +78,18 @@ def profile_mapping(profile: Profile) -> dict[str, Any]:
     }
 
 
-def profile_yaml(profile: Profile, trials: int) -> str:
-    """A twin's point estimate ``profile`` as YAML, headed by what it was fitted to."""
+def profile_yaml(profile: Profile, trials: int, coverage: str | None = None) -> str:
+    """A twin's point estimate ``profile`` as YAML, headed by what it was fitted to
+    (``coverage``: what the started trials covered, :meth:`Twin.coverage`)."""
     head = [
         f"# {profile.description}",
         "# Fitted by autotune's twin: the GPU, interconnect and model config are facts; every",
         "# efficiency, overhead, all-reduce cost, acceptance and memory coefficient is the mean",
         f"# of its posterior after {trials} trials.",
     ]
+    if coverage:
+        text = f"Measured: {coverage}. Beyond these, a prediction rests on the prior's physics."
+        head += ["# " + line for line in textwrap.wrap(text, 96, break_on_hyphens=False)]
     body = yaml.safe_dump(profile_mapping(profile), sort_keys=False, width=100)
     return "\n".join(head) + "\n" + body
 

@@ -147,7 +147,39 @@ class Twin:
         """The point estimate as a profile file (``autotune sim serve --sim-profile FILE``)."""
         from autotune.twin._export import profile_yaml
 
-        return profile_yaml(self.profile(), len(self.observations))
+        return profile_yaml(self.profile(), len(self.observations), self.coverage())
+
+    def coverage(self) -> str | None:
+        """What the started trials covered, knob by knob (``steps 1-4, top-k 1/4, ...``; None:
+        no trial started): a prediction beyond it rests on the prior's physics, not on a
+        measurement."""
+        started = [c for c, r in self.observations if str(r.outcome) == "ok"]
+        if not started:
+            return None
+        resolved = [self.model.resolve(c) for c in started]
+        spec = [c for c in resolved if c.speculative]
+        parts = [f"{len(started)} started ({len(started) - len(spec)} without speculation)"]
+
+        def span(name: str, values: Sequence[Any]) -> None:
+            known = {v for v in values if v is not None}
+            if not known:
+                return
+            numbers = all(isinstance(v, (int, float)) for v in known)
+            ordered = sorted(known) if numbers else sorted(known, key=str)
+            if numbers and len(ordered) > 5:
+                parts.append(f"{name} {ordered[0]:g}-{ordered[-1]:g}")
+            else:
+                parts.append(f"{name} " + "/".join(f"{v:g}" if numbers else str(v)
+                                                   for v in ordered))  # fmt: skip
+
+        span("steps", [c.speculative_num_steps for c in spec])
+        span("top-k", [c.speculative_eagle_topk for c in spec])
+        span("draft tokens", [c.speculative_num_draft_tokens for c in spec])
+        if self.layout.tp > 1:
+            span("all-reduce", [c.allreduce for c in resolved])
+        span("CUDA-graph batch", [c.cuda_graph_max_bs for c in resolved])
+        span("static memory", [c.mem_fraction_static for c in resolved])
+        return ", ".join(parts)
 
     def set_layout(self, layout: Layout) -> None:
         """Replace the fixed part (an all-reduce mode learned to fail, or to work)."""

@@ -76,6 +76,26 @@ def test_the_exported_profile_predicts_within_5_percent(exported: tuple[Path, st
     assert max(errors) < 0.05
 
 
+def test_the_export_says_what_its_trials_measured(exported: tuple[Path, str]) -> None:
+    path, url = exported
+    import optuna
+
+    study = optuna.load_study(study_name="twin-check-3", storage=url)
+    started = [t for t in study.trials if t.user_attrs.get("outcome") == "ok"]
+    steps = {t.user_attrs["config"].get("speculative_num_steps") for t in started} - {None}
+    head = " ".join(
+        line[2:] for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("#")
+    )
+    assert f"Measured: {len(started)} started" in head
+    shown = (
+        f"steps {min(steps)}-{max(steps)}"
+        if len(steps) > 3
+        else "steps " + "/".join(str(s) for s in sorted(steps))
+    )
+    assert shown in head
+    assert "CUDA-graph batch" in head and "static memory" in head
+
+
 def test_sim_serve_serves_the_exported_profile(exported: tuple[Path, str], tmp_path: Path) -> None:
     path, _ = exported
     with socket.socket() as s:
