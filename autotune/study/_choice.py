@@ -7,8 +7,9 @@ demo. The choice therefore depends on whether torch can be imported here:
 
 * ``auto`` (the default) is the twin-guided sampler where the twin can serve the study
   (:func:`twin_ready`: an SGLang server or its simulator, the box's facts known, one objective
-  and no latency limits); elsewhere GPSampler, or TPE for a conditional space (GPSampler does
-  not model parameters that exist only for some values of others); without torch it is TPE,
+  at one load point and no latency limits); elsewhere GPSampler, or TPE for a conditional
+  space (GPSampler does not model parameters that exist only for some values of others);
+  without torch it is TPE,
   and the choice carries a note that says so once, why, and how to get the GP sampler;
 * ``gp`` asked for explicitly without torch is a :class:`~autotune._errors.ConfigError`, raised
   before the study is created, since the user asked for a sampler that cannot run here;
@@ -78,9 +79,10 @@ def twin_ready(space: SearchSpace, *, facts_known: bool) -> bool:
     (a real server whose box's facts are known, ``facts_known``: a ``--facts`` file, or the
     simulator, whose profile gives them) and searches one objective without latency limits (it
     predicts throughput, not latency percentiles; GPSampler learns those limits as
-    constraints)."""
+    constraints) at one load point (over a load mix it aims at the weighted figure and stops
+    once that cannot improve, before the per-load winners the report gives are measured)."""
     objective = space.objective
-    if objective.multi or objective.constraints:
+    if objective.multi or objective.constraints or len(objective.loads) > 1:
         return False
     kind = space.engine.kind
     return kind == "sim" or (kind == "sglang" and facts_known)

@@ -252,3 +252,12 @@ def test_auto_is_the_twin_where_the_twin_can_serve_the_study(tmp_path: Path) -> 
         ),
     )
     assert not twin_ready(limited, facts_known=False)  # the twin predicts no latency percentile
+    from autotune.space import LoadPoint
+
+    mixed = dataclasses.replace(
+        sim,
+        objective=dataclasses.replace(
+            sim.objective, loads=(LoadPoint(0.5, concurrency=1), LoadPoint(0.5, concurrency=64))
+        ),
+    )
+    assert not twin_ready(mixed, facts_known=False)  # the report's per-load winners need GP
