@@ -48,7 +48,11 @@ def _execute(tmp_path: Path, cwd: Path = NOTEBOOK.parent) -> nbformat.NotebookNo
         timeout=180,
         resources={"metadata": {"path": str(cwd)}},
     )
-    client.execute()
+    try:
+        client.execute()
+    finally:  # nbclient leaves a kernel manager it was given running: stop the kernel here
+        if manager.has_kernel:
+            manager.shutdown_kernel(now=True)
     return nb
 
 
