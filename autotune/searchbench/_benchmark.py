@@ -254,8 +254,30 @@ def format_table(result: SearchBenchResult) -> str:
             "is within 98% of that point's optimum (every configuration of the space evaluated "
             "at that load, noise 0)"
         )
+        lines += _load_misses(result)
     lines += _confirmation_table(result)
     return "\n".join(lines)
+
+
+def _load_misses(result: SearchBenchResult) -> list[str]:
+    """Per strategy, the seeds whose winner at some load point is under 98% of that point's
+    optimum, with each such point's share."""
+    lines = []
+    for s in result.summaries:
+        missed = [
+            f"seed {score.seed} ("
+            + ", ".join(
+                f"{label} {share:.1%}"
+                for label, share in score.load_shares.items()
+                if share < 0.98 - 1e-12
+            )
+            + ")"
+            for score in result.scores
+            if score.strategy == s.strategy and score.loads_within_98 is False
+        ]
+        if missed:
+            lines.append(f"  {s.strategy} under 98% at a load: " + "; ".join(missed))
+    return lines
 
 
 def _constraint_lines(result: SearchBenchResult) -> list[str]:

@@ -4,6 +4,7 @@ are near those optima."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from pathlib import Path
@@ -131,6 +132,15 @@ def test_the_benchmark_counts_seeds_with_every_per_load_winner_near_its_optimum(
     table = format_table(result)
     assert "loads 98%" in table and f"{summary.loads_within_98}/2" in table
     assert "optimum at c4:" in table
+    # a seed with a winner under 98% is named, with the load points it missed
+    first, *rest = result.scores
+    missed = dataclasses.replace(first, load_shares={"c1": 0.9712, "c4": 1.0, "c16": 0.95})
+    lines = format_table(dataclasses.replace(result, scores=(missed, *rest))).splitlines()
+    named = [line for line in lines if "under 98% at a load" in line]
+    assert named == [f"  default under 98% at a load: seed {first.seed} (c1 97.1%, c16 95.0%)"]
+    assert ("under 98% at a load" in table) == any(
+        s.loads_within_98 is False for s in result.scores
+    )
     data = result.to_dict()
     assert len(data["load_winners"]) == 2
     assert data["optimum"]["loads"] == result.optimum.loads
