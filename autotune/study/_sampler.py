@@ -22,6 +22,12 @@ engine's bounds for the proposal's steps and top-k (:meth:`Engine.draft_token_bo
 steps + 1 with top-k 1, never more than the tree holds, steps x top-k + 1). The repaired values are
 what the trial records and what is launched.
 
+A proposal that would measure again what a started trial measured (the same knobs but for the
+settled ones, :data:`SETTLED_KNOBS`, with a CUDA-graph batch that captures the same load points)
+is moved a step in the other knobs to one not measured yet: away from the crash edges the graph
+batch and the memory shares change nothing, and re-measuring is the confirmation's work, not the
+search's.
+
 With a load mix, every other proposal is aimed at one load point in turn (:func:`load_focus`):
 the model then fits the trials' figures at that point alone. The weighted objective's best and
 each load's own best (the report's per-load winners, the launch that follows them) are then
@@ -51,6 +57,10 @@ from autotune.study._view import StudyView
 
 #: How many times a proposal known to fail is replaced before it is recorded as refused.
 MAX_ATTEMPTS = 40
+
+#: Knobs that change a started server's speed only where they change which load runs in CUDA
+#: graphs (the graph batch) or near the crash edges (the memory shares).
+SETTLED_KNOBS = ("cuda_graph_max_bs", "mem_fraction_static", "gpu_memory_utilization")
 
 
 class AutotuneSampler(BaseSampler):
@@ -115,9 +125,12 @@ class AutotuneSampler(BaseSampler):
             ),
         )
         seen = _tried(study)
+        measured = {self.measures(t.params) for t in _started(study)}
         proposal: dict[str, Any] = {}
         for _ in range(MAX_ATTEMPTS):
             proposal = self._propose(view, trial, search_space)
+            if self.measures(proposal) in measured:
+                proposal = self._elsewhere(proposal, seen, measured)
             if _key(proposal) in seen:
                 proposal = self._neighbour(proposal, seen)
             reason = self._refusal(proposal)
@@ -138,6 +151,45 @@ class AutotuneSampler(BaseSampler):
             return None
         verdict = self.feasibility.check(self.space.config_for(proposal), proposal)
         return None if verdict is None else verdict.category
+
+    def measures(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        """What a start with ``params`` measures: its knobs but the settled ones, and for the
+        CUDA-graph batch only which of the space's concurrencies it captures (a proposal
+        that differs from a measured one in nothing else measures it again)."""
+        key = tuple(sorted((k, v) for k, v in _key(params) if k not in SETTLED_KNOBS))
+        batch = params.get("cuda_graph_max_bs")
+        if batch is None:
+            return key
+        points = self.space.objective.loads
+        caps = [p.concurrency for p in points] if points else [self.space.workload.concurrency]
+        if any(c is None for c in caps):  # an open request rate: any batch may matter
+            return (*key, ("cuda_graph_max_bs", batch))
+        return (*key, ("captures", tuple(c is not None and c <= batch for c in caps)))
+
+    def _elsewhere(
+        self, proposal: Mapping[str, Any], seen: set[Any], measured: set[Any]
+    ) -> dict[str, Any]:
+        """A configuration a step away from ``proposal`` in the knobs that decide what a start
+        measures, not measured yet; ``proposal`` itself when there is none nearby."""
+        params = [
+            p for p in self.space.parameters if p.name in proposal and p.name not in SETTLED_KNOBS
+        ]
+        if not params:
+            return dict(proposal)
+        for _ in range(4 * MAX_ATTEMPTS):
+            candidate = dict(proposal)
+            for _ in range(1 + self.rng.randrange(2)):
+                param = self.rng.choice(params)
+                candidate[param.name] = _step(param, candidate[param.name], self.rng)
+            if self.repair_proposals:
+                candidate = self.repair(candidate)
+            if (
+                self.measures(candidate) not in measured
+                and _key(candidate) not in seen
+                and self._refusal(candidate) is None
+            ):
+                return candidate
+        return dict(proposal)
 
     def _neighbour(self, proposal: Mapping[str, Any], seen: set[Any]) -> dict[str, Any]:
         """A configuration next to ``proposal`` (one knob one step away) not tried yet."""
@@ -272,10 +324,15 @@ def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, round(v, 6) if isinstance(v, float) else v) for k, v in params.items()))
 
 
+def _started(study: optuna.Study) -> list[FrozenTrial]:
+    """Trials already run or running (not waiting ones), with parameters."""
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+    return [t for t in study.get_trials(deepcopy=False, states=states) if t.params]
+
+
 def _tried(study: optuna.Study) -> set[tuple[tuple[str, Any], ...]]:
     """Parameters of trials already run or running (not waiting ones)."""
-    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-    return {_key(t.params) for t in study.get_trials(deepcopy=False, states=states) if t.params}
+    return {_key(t.params) for t in _started(study)}
 
 
 def _step(param: ParamSpec, value: Any, rng: random.Random) -> Any:

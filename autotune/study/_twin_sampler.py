@@ -41,7 +41,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import ParamSpec, SearchSpace
 from autotune.study._optuna import fixed_params
-from autotune.study._sampler import AutotuneSampler
+from autotune.study._sampler import SETTLED_KNOBS, AutotuneSampler
 from autotune.study._twin_trials import observation
 
 if TYPE_CHECKING:
@@ -51,7 +51,6 @@ log = logging.getLogger("autotune.study")
 
 #: Knobs that change a configuration's figures only at the crash edges (a KV pool that holds
 #: every request in flight, a graph batch that covers the batch): set, not searched.
-SETTLED_KNOBS = ("cuda_graph_max_bs", "mem_fraction_static", "gpu_memory_utilization")
 #: Crash odds over which the twin refuses a proposal.
 CRASH_ODDS = 0.5
 #: Most untried combinations scored per proposal (a random subset beyond it).

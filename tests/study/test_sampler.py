@@ -169,3 +169,59 @@ def test_repairs_and_draft_fill_follow_the_engines_draft_tree(space: Any) -> Non
     model = {k: v for k, v in p.items() if k != "speculative_num_draft_tokens"}
     back = DraftFill(space, engine).from_model({**model, FILL: 0.9})
     assert back["speculative_num_draft_tokens"] == 4
+
+
+def test_what_a_start_measures_ignores_the_settled_knobs(space: Any) -> None:
+    sampler = sampler_for(space)
+    base = {
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 2,
+        "speculative_num_draft_tokens": 6,
+        "cuda_graph_max_bs": 16,
+        "mem_fraction_static": 0.8,
+        "allreduce": "nccl",
+    }
+    # the space runs at concurrency 4: every graph batch here captures it
+    assert sampler.measures(base) == sampler.measures(
+        {**base, "cuda_graph_max_bs": 512, "mem_fraction_static": 0.9}
+    )
+    for knob, other in (
+        ("speculative_num_steps", 4),
+        ("speculative_eagle_topk", 4),
+        ("speculative_num_draft_tokens", 7),
+        ("allreduce", "custom"),
+    ):
+        assert sampler.measures(base) != sampler.measures({**base, knob: other})
+
+
+def test_a_graph_batch_counts_where_it_changes_which_load_runs_in_graphs() -> None:
+    space = load_space(SPACE.parent / "eagle3-h100-mix.yaml")  # concurrency 1, 16 and 64
+    sampler = sampler_for(space)
+    base = {
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+        "mem_fraction_static": 0.8,
+    }
+
+    def measures(batch: int) -> Any:
+        return sampler.measures({**base, "cuda_graph_max_bs": batch})
+
+    assert measures(64) == measures(256)
+    assert measures(16) == measures(32)
+    assert measures(8) != measures(16) != measures(64)
+
+
+def test_no_proposal_measures_a_measured_combination_again(space: Any) -> None:
+    """A model that sees only the memory fraction matter keeps asking for the best speculative
+    setting with another fraction; each such proposal moves to an unmeasured one instead."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = sampler_for(space, seed=1)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+
+    def judge(p: dict[str, Any]) -> tuple[str, float | None]:
+        return "ok", 10.0 * p["mem_fraction_static"] + 0.01 * p["speculative_num_steps"]
+
+    asked = run(study, space, 16, judge)
+    measured = [sampler.measures(p) for p in asked]
+    assert len(set(measured)) == len(measured)
