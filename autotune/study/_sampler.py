@@ -176,24 +176,34 @@ class AutotuneSampler(BaseSampler):
         ]
         if not params:
             return dict(proposal)
-        for _ in range(4 * MAX_ATTEMPTS):
-            candidate = dict(proposal)
-            for _ in range(1 + self.rng.randrange(2)):
-                param = self.rng.choice(params)
-                candidate[param.name] = _step(param, candidate[param.name], self.rng)
-            if self.repair_proposals:
-                candidate = self.repair(candidate)
-            if (
-                self.measures(candidate) not in measured
-                and _key(candidate) not in seen
-                and self._refusal(candidate) is None
-            ):
-                return candidate
-        return dict(proposal)
+        candidate, found = self._walk(
+            proposal,
+            params,
+            lambda c: (
+                self.measures(c) not in measured
+                and _key(c) not in seen
+                and self._refusal(c) is None
+            ),
+        )
+        return candidate if found else dict(proposal)
 
     def _neighbour(self, proposal: Mapping[str, Any], seen: set[Any]) -> dict[str, Any]:
         """A configuration next to ``proposal`` (one knob one step away) not tried yet."""
         params = [p for p in self.space.parameters if p.name in proposal]
+        candidate, _ = self._walk(
+            proposal, params, lambda c: _key(c) not in seen and self._refusal(c) is None
+        )
+        return candidate
+
+    def _walk(
+        self,
+        proposal: Mapping[str, Any],
+        params: Sequence[ParamSpec],
+        fits: Callable[[dict[str, Any]], bool],
+    ) -> tuple[dict[str, Any], bool]:
+        """Random moves of one or two of ``params`` a step from ``proposal`` (repaired), until
+        one ``fits``: that candidate and True, or after :data:`MAX_ATTEMPTS` x 4 tries the last
+        one and False."""
         candidate = dict(proposal)
         for _ in range(4 * MAX_ATTEMPTS):
             candidate = dict(proposal)
@@ -202,9 +212,9 @@ class AutotuneSampler(BaseSampler):
                 candidate[param.name] = _step(param, candidate[param.name], self.rng)
             if self.repair_proposals:
                 candidate = self.repair(candidate)
-            if _key(candidate) not in seen and self._refusal(candidate) is None:
-                return candidate
-        return candidate
+            if fits(candidate):
+                return candidate, True
+        return candidate, False
 
     def sample_independent(
         self,
