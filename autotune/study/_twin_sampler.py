@@ -49,8 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("autotune.study")
 
-#: Knobs that change a configuration's figures only at the crash edges (a KV pool that holds
-#: every request in flight, a graph batch that covers the batch): set, not searched.
 #: Crash odds over which the twin refuses a proposal.
 CRASH_ODDS = 0.5
 #: Most untried combinations scored per proposal (a random subset beyond it).
