@@ -7,7 +7,7 @@ demo. The choice therefore depends on whether torch can be imported here:
 
 * ``auto`` (the default) is the twin-guided sampler where the twin can serve the study
   (:func:`twin_ready`: an SGLang server or its simulator, the box's facts known, one objective
-  at one load point and no latency limits); elsewhere GPSampler, or TPE for a conditional
+  and no latency limits); elsewhere GPSampler, or TPE for a conditional
   space (GPSampler does not model parameters that exist only for some values of others);
   without torch it is TPE,
   and the choice carries a note that says so once, why, and how to get the GP sampler;
@@ -79,10 +79,10 @@ def twin_ready(space: SearchSpace, *, facts_known: bool) -> bool:
     (a real server whose box's facts are known, ``facts_known``: a ``--facts`` file, or the
     simulator, whose profile gives them) and searches one objective without latency limits (it
     predicts throughput, not latency percentiles; GPSampler learns those limits as
-    constraints) at one load point (over a load mix it aims at the weighted figure and stops
-    once that cannot improve, before the per-load winners the report gives are measured)."""
+    constraints). Over a load mix it aims at the weighted figure and at each load point alone
+    (the report's per-load winners), and stops once none of them can improve."""
     objective = space.objective
-    if objective.multi or objective.constraints or len(objective.loads) > 1:
+    if objective.multi or objective.constraints:
         return False
     kind = space.engine.kind
     return kind == "sim" or (kind == "sglang" and facts_known)

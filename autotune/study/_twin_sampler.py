@@ -22,6 +22,12 @@ before each proposal fits it to every finished trial of the study. It then:
   twin expects under :data:`STOP_GAIN` of the best from the best untried combination, beyond
   the :data:`MARGIN` of noise.
 
+Over a load mix the report names the winner at each load point, so the twin aims at each point
+alone as well as at the weighted figure: a combination's score is the largest of its expected
+improvements (the weighted figure's, and each point's over the configuration measured best
+there), each as a share of its best measured; each point's best few are shortlisted too; and the
+search stops only once the weighted figure and every point meet the rule above.
+
 Where every combination has been measured or refused, the wrapped sampler proposes as
 :class:`~autotune.study.AutotuneSampler` does.
 """
@@ -41,8 +47,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import ParamSpec, SearchSpace
 from autotune.study._optuna import fixed_params
+from autotune.study._record import TrialRecord
 from autotune.study._sampler import SETTLED_KNOBS, AutotuneSampler
 from autotune.study._twin_trials import observation
+from autotune.twin._prediction import TwinPrediction
 
 if TYPE_CHECKING:
     from autotune.twin import Twin
@@ -84,6 +92,19 @@ class TwinPlan:
     #: The best untried combination's expected gain over ``best`` beyond :data:`MARGIN` of it
     #: (None: nothing measured, or nothing left).
     gain: float | None = None
+    #: With a load mix: the same view of each load point alone (its best measured configuration
+    #: of the space, the baseline aside once one is measured), for the winner at each point.
+    points: tuple[PointPlan, ...] = ()
+
+
+@dataclass(frozen=True)
+class PointPlan:
+    """The twin's view of one load point of a load mix (see :class:`TwinPlan`)."""
+
+    label: str
+    best: float | None
+    predicted: float | None
+    gain: float | None
 
 
 class TwinSampler(AutotuneSampler):
@@ -119,6 +140,9 @@ class TwinSampler(AutotuneSampler):
         self.settled = _start_settled(space, self.settled_params)
         self._observed: set[int] = set()
         self._plan: tuple[tuple[int, ...], TwinPlan] | None = None
+        loads = space.objective.loads
+        #: The load points aimed at one by one (none without a load mix).
+        self.labels = [p.label for p in loads] if len(loads) > 1 else []
 
     # --- Optuna's interface ----------------------------------------------------------------
     def sample_relative(
@@ -178,21 +202,36 @@ class TwinSampler(AutotuneSampler):
             return None
         if plan.predicted is None:
             return "the twin expects none of the best untried combinations to start"
-        if plan.gain is not None and plan.gain <= STOP_GAIN * abs(plan.best):
+        why = self._settled(plan.best, plan.predicted, plan.gain)
+        if why is None:
+            return None
+        for point in plan.points:
+            if point.best is None or point.predicted is None:
+                continue
+            if self._settled(point.best, point.predicted, point.gain) is None:
+                return None
+        if plan.points:
+            labels = ", ".join(p.label for p in plan.points)
+            why += f"; the same holds at each load point alone ({labels})"
+        return why
+
+    def _settled(self, best: float, predicted: float, gain: float | None) -> str | None:
+        """Why the search for one figure is over (None: it is not): the expected gain of the
+        best untried combination is under :data:`STOP_GAIN`, or the best measured is within
+        ``stop_share`` of the twin's optimistic value of what is left."""
+        if gain is not None and gain <= STOP_GAIN * abs(best):
             return (
                 f"the twin expects under {STOP_GAIN:.1%} of the best measured "
-                f"({plan.best:.4g} as the twin sees it) from any combination not measured, "
-                f"beyond the {MARGIN:.0%} of run-to-run noise (expected gain "
-                f"{plan.gain:.3g})"
+                f"({best:.4g} as the twin sees it) from any combination not measured, "
+                f"beyond the {MARGIN:.0%} of run-to-run noise (expected gain {gain:.3g})"
             )
-        ratio = plan.predicted / plan.best
-        gain = ratio - 1.0 if self.maximize else 1.0 - ratio
-        if gain > self.stop_share:
+        ratio = predicted / best
+        if (ratio - 1.0 if self.maximize else 1.0 - ratio) > self.stop_share:
             return None
         return (
-            f"the best measured ({plan.best:.4g} as the twin sees it) is within "
+            f"the best measured ({best:.4g} as the twin sees it) is within "
             f"{self.stop_share:.0%} of the twin's "
-            f"predicted optimum of what is left ({plan.predicted:.4g}: the 97.5th percentile of "
+            f"predicted optimum of what is left ({predicted:.4g}: the 97.5th percentile of "
             "its belief for the best combination not measured)"
         )
 
@@ -212,7 +251,9 @@ class TwinSampler(AutotuneSampler):
                     fresh.append(seen)
         if fresh:
             self.twin.observe_many(fresh)
-        plan = self._rank(study, self._best(finished))
+        bests = [self._best(finished)]
+        bests += [self._best_at(finished, k, label) for k, label in enumerate(self.labels)]
+        plan = self._rank(study, bests)
         self._plan = (key, plan)
         return plan
 
@@ -238,48 +279,102 @@ class TwinSampler(AutotuneSampler):
         value = float(self.twin.predict([seen[0]]).mean()[0])
         return measured if np.isnan(value) else value
 
-    def _rank(self, study: optuna.Study, best: float | None) -> TwinPlan:
+    def _best_at(self, finished: Sequence[FrozenTrial], k: int, label: str) -> float | None:
+        """The twin's value at load point ``k`` (``label``) of the configuration measured best
+        there: the best of the space's configurations once one is measured, else the
+        baseline's (None: nothing measured there)."""
+        sign = 1.0 if self.maximize else -1.0
+        found: list[tuple[bool, float, FrozenTrial]] = []
+        for t in finished:
+            if t.state != TrialState.COMPLETE:
+                continue
+            record = TrialRecord.from_trial(t)
+            value = record.at_load(label)
+            if value is not None:
+                found.append((record.role != "baseline", sign * value, t))
+        if not found:
+            return None
+        _, measured, best = max(found, key=lambda x: (x[0], x[1]))
+        seen = observation(self.space, best)
+        if seen is None:
+            return sign * measured
+        value = float(self.twin.predict([seen[0]]).at_point(k).mean()[0])
+        return sign * measured if np.isnan(value) else value
+
+    def _scores(
+        self, pred: TwinPrediction, bests: Sequence[float | None], *, given_start: bool
+    ) -> np.ndarray:
+        """Expected improvement per target (rows: the objective, then each load point alone);
+        with a load mix each as a share of its best measured, so that the load points weigh
+        alike."""
+        sign = 1.0 if self.maximize else -1.0
+        rows = [_improvement(pred.samples, pred.weights, bests[0], sign, given_start=given_start)]
+        if not self.labels or bests[0] is None:
+            return np.array(rows)
+        for k, best in enumerate(bests[1:]):
+            at = pred.at_point(k)
+            rows.append(
+                _improvement(at.samples, at.weights, best, sign, given_start=given_start)
+                if best is not None
+                else np.zeros(len(rows[0]))
+            )
+        return np.array([r / abs(b) if b else r for r, b in zip(rows, bests, strict=True)])
+
+    def _rank(self, study: optuna.Study, bests: Sequence[float | None]) -> TwinPlan:
         tried = _tried_combos(study, self.searched)
         combos = [c for c in self.combos() if _combo_key(c) not in tried]
         if len(combos) > MAX_CANDIDATES:
             combos = self.rng.sample(combos, MAX_CANDIDATES)
+        best = bests[0]
         if not combos:
             return TwinPlan((), best, None)
         sign = 1.0 if self.maximize else -1.0
         first = [{**c, **self.settled} for c in combos]
         pred = self.twin.predict([self.space.config_for(p) for p in first])
-        score = _improvement(pred.samples, pred.weights, best, sign, given_start=True)
-        order = np.argsort(-score, kind="stable")
-        top = [combos[i] for i in order[:SHORTLIST]]
-        rest = [combos[i] for i in order[SHORTLIST:]]
-        chosen = [self._settle(c, best, sign) for c in top]
-        chosen.sort(key=lambda x: -x[1])
-        ranked = [(p, odds, reason) for p, _, odds, reason, _ in chosen]
-        highs = [h for _, _, odds, _, h in chosen if odds <= CRASH_ODDS and h is not None]
-        predicted = None if not highs else (max(highs) if self.maximize else min(highs))
+        scores = self._scores(pred, bests, given_start=True)
+        order = np.argsort(-scores.max(axis=0), kind="stable")
+        picked = list(order[:SHORTLIST])
+        for row in scores[1:]:  # each load point's own best few
+            picked += [i for i in np.argsort(-row, kind="stable")[:2] if i not in picked]
+        chosen = [self._settle(combos[i], bests, sign) for i in picked]
+        chosen.sort(key=lambda x: -x.score)
+        ranked = [(c.params, c.odds, c.reason) for c in chosen]
+
+        def view(k: int) -> tuple[float | None, float | None]:
+            highs = [c.highs[k] for c in chosen if c.odds <= CRASH_ODDS]
+            known = [h for h in highs if h is not None]
+            predicted = None if not known else (max(known) if self.maximize else min(known))
+            gain = max(c.gains[k] for c in chosen) if bests[k] is not None else None
+            return predicted, gain
+
+        predicted, gain = view(0)
+        points = tuple(
+            PointPlan(label, bests[k + 1], *view(k + 1)) for k, label in enumerate(self.labels)
+        )
         log.info(
             "twin: best measured (the twin's value) %s, best untried %s (%s), optimistic %s, "
-            "expected gain %s",
+            "expected gain %s%s",
             best,
             _short(ranked[0][0]),
             f"crash odds {ranked[0][1]:.0%}",
             predicted,
-            chosen[0][1],
+            gain,
+            "".join(f"; {p.label}: best {p.best}, optimistic {p.predicted}" for p in points),
         )
         # the rest in the first pass's order, with its crash odds at the current settled knobs
-        for i, c in zip(order[SHORTLIST:], rest, strict=True):
-            ranked.append(({**c, **self.settled}, float(pred.crash_probability[i]),
-                           pred.crash_reason[i]))  # fmt: skip
-        gain = chosen[0][1] if best is not None else None
-        return TwinPlan(tuple(ranked), best, predicted, gain)
+        for i in order:
+            if i not in picked:
+                ranked.append(({**combos[i], **self.settled},
+                               float(pred.crash_probability[i]), pred.crash_reason[i]))  # fmt: skip
+        return TwinPlan(tuple(ranked), best, predicted, gain, points)
 
     def _settle(
-        self, combo: Mapping[str, Any], best: float | None, sign: float
-    ) -> tuple[dict[str, Any], float, float, str | None, float | None]:
+        self, combo: Mapping[str, Any], bests: Sequence[float | None], sign: float
+    ) -> _Settled:
         """The settled knobs' safest good value for ``combo``: the lowest crash odds, then
         within 1% of the best expected value there, then the middle of those; with the
         proposal's score (expected improvement, crashes counted as none), crash odds, the
-        twin's reason and its optimistic value (None: no particle starts it)."""
+        twin's reason and, per target, its expected gain and optimistic value."""
         grid = _settled_grid(self.settled_params)
         options = [{**combo, **s} for s in grid] or [dict(combo)]
         pred = self.twin.predict([self.space.config_for(p) for p in options])
@@ -293,9 +388,24 @@ class TwinSampler(AutotuneSampler):
         else:
             good = list(safe)
         pick = good[len(good) // 2]
-        score = _improvement(pred.samples[:, [pick]], pred.weights, best, sign, given_start=False)
-        high = _upper(pred.samples[:, pick], pred.weights, sign)
-        return options[pick], float(score[0]), float(odds[pick]), pred.crash_reason[pick], high
+        one = TwinPrediction(
+            pred.samples[:, [pick]],
+            pred.weights,
+            pred.crash_probability[[pick]],
+            [pred.crash_reason[pick]],
+            None if pred.points is None else pred.points[:, :, [pick]],
+        )
+        scores = self._scores(one, bests, given_start=False)[:, 0]
+        gains, highs = [], []
+        for k in range(len(self.labels) + 1):
+            at = one if k == 0 else one.at_point(k - 1)
+            gains.append(
+                float(_improvement(at.samples, at.weights, bests[k], sign, given_start=False)[0])
+            )
+            highs.append(_upper(at.samples[:, 0], at.weights, sign))
+        score = float(scores.max()) if len(scores) > 1 else gains[0]
+        return _Settled(options[pick], score, float(odds[pick]), pred.crash_reason[pick],
+                        tuple(gains), tuple(highs))  # fmt: skip
 
     def combos(self) -> list[dict[str, Any]]:
         """Every speculative combination of the space (the searched knobs but the settled
@@ -321,6 +431,22 @@ class TwinSampler(AutotuneSampler):
 
         walk(0, {})
         return out
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """One shortlisted combination with its settled knobs (see :meth:`TwinSampler._settle`)."""
+
+    params: dict[str, Any]
+    #: What the proposal is ranked by: the expected improvement (with a load mix, the largest
+    #: over the objective and each load point, each as a share of its best measured).
+    score: float
+    odds: float
+    reason: str | None
+    #: Per target (the objective, then each load point): the expected gain over its best
+    #: measured, and the optimistic value (None: no particle starts it).
+    gains: tuple[float, ...]
+    highs: tuple[float | None, ...]
 
 
 def _improvement(

@@ -27,12 +27,20 @@ class TwinPrediction:
     ``j`` if the box is particle ``i``; NaN where that particle predicts a crash.
     ``crash_probability[j]``: the weight of the particles that predict a crash;
     ``crash_reason[j]``: the most likely crash with its arithmetic (None: none predicted).
+    ``points[k, i, j]``: the objective at the space's load point ``k`` alone (a space without
+    a load mix has one point, whose figures are ``samples``).
     """
 
     samples: np.ndarray
     weights: np.ndarray
     crash_probability: np.ndarray
     crash_reason: list[str | None]
+    points: np.ndarray | None = None
+
+    def at_point(self, k: int) -> TwinPrediction:
+        """The prediction at load point ``k`` alone (its figures as ``samples``)."""
+        samples = self.samples if self.points is None else self.points[k]
+        return TwinPrediction(samples, self.weights, self.crash_probability, self.crash_reason)
 
     def mean(self) -> np.ndarray:
         """The expected objective given that the configuration starts (NaN: no particle does)."""

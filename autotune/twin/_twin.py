@@ -245,11 +245,13 @@ class Twin:
 
     # --- prediction ------------------------------------------------------------------------
     def predict(self, configs: Sequence[ServerConfig]) -> TwinPrediction:
-        """Every particle's objective for each configuration, and the crash odds."""
+        """Every particle's objective for each configuration (weighted over the load points,
+        and at each point), and the crash odds."""
         v = self.values()
         c0 = self._c0()
         n = len(self.z)
         samples = np.full((n, len(configs)), np.nan)
+        points = np.full((len(self.points), n, len(configs)), np.nan)
         crash_p = np.zeros(len(configs))
         reasons: list[str | None] = []
         for j, raw in enumerate(configs):
@@ -261,10 +263,12 @@ class Twin:
             if crashed.all():
                 continue
             total = np.zeros(n)
-            for workload, weight in self.points:
-                total += weight * self._values_at(config, workload, v, c0)
+            for k, (workload, weight) in enumerate(self.points):
+                at = self._values_at(config, workload, v, c0)
+                points[k, ~crashed, j] = at[~crashed]
+                total += weight * at
             samples[~crashed, j] = total[~crashed]
-        return TwinPrediction(samples, self.weights.copy(), crash_p, reasons)
+        return TwinPrediction(samples, self.weights.copy(), crash_p, reasons, points)
 
     def _reason(self, kinds: np.ndarray, text: Mapping[str, str]) -> str | None:
         best, weight = None, 0.0

@@ -187,3 +187,66 @@ def test_a_gain_within_noise_does_not_outrank_what_the_twin_knows_less_about() -
     assert score[1] > score[0] > 0  # the neighbour keeps a tie-breaking share
     plain = _improvement(samples, weights, best, 1.0, given_start=True, margin=0.0)
     assert plain[0] > plain[1]
+
+
+MIX = """
+name: tiny-mix
+engine:
+  kind: sim
+  model_path: meta-llama/Llama-3.1-8B-Instruct
+  draft_model_path: jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B
+  tp_size: 1
+  check_paths: false
+  sim: {profile: h100-llama-3.1-8b}
+workload:
+  name: mt-bench
+  concurrency: 1
+  num_prompts: 8
+  warmup: 1
+  input_len: {mean: 140, distribution: lognormal, spread: 0.5, min: 16}
+  output_len: 256
+  seed: 11
+objective:
+  metric: output_tok_s
+  loads:
+    - {concurrency: 1, weight: 0.3}
+    - {concurrency: 64, weight: 0.7}
+fixed: {speculative_algorithm: EAGLE3}
+parameters:
+  speculative_num_steps: {type: int, low: 1, high: 6}
+  speculative_eagle_topk: {type: categorical, choices: [1, 2, 4, 8]}
+  speculative_num_draft_tokens: {type: categorical, choices: [2, 4, 8, 16, 24, 32]}
+  cuda_graph_max_bs: {type: categorical, choices: [8, 64]}
+  mem_fraction_static: {type: float, low: 0.80, high: 0.90, step: 0.05}
+enqueue:
+  baseline: true
+"""
+
+
+def test_over_a_load_mix_the_twin_finds_the_winner_at_each_load_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The twin aims at each load point alone as well as at the weighted figure: the measured
+    winner at concurrency 1 and at 64 is within 98% of that point's optimum over the whole
+    space, and the search stops only once neither point can improve."""
+    from autotune.searchbench._bookkeeping import load_winner_shares
+    from autotune.searchbench._optimum import find_optimum
+
+    path = tmp_path / "mix.yaml"
+    path.write_text(MIX)
+    space, model = prepare(str(path), None)
+    oracle = Oracle.for_space(model, space)
+    engine = make_engine(space)
+    optimum = find_optimum(space, oracle, engine)
+    assert set(optimum.loads) == {"c1", "c64"}
+    Kept.made.clear()
+    monkeypatch.setattr(strategies, "StudyRunner", Kept)
+    trace = run_study(space, engine, oracle, "default", 0, 30, folder=tmp_path)
+    (runner,) = Kept.made
+    assert isinstance(runner.sampler, TwinSampler)
+    shares = load_winner_shares(trace, optimum.loads, maximize=True)
+    assert min(shares.values()) >= 0.98, shares
+    plan = runner.sampler.plan(runner.study)
+    assert [p.label for p in plan.points] == ["c1", "c64"]
+    why = runner.sampler.stop_reason(runner.study)
+    assert why is None or "at each load point alone (c1, c64)" in why

@@ -281,3 +281,27 @@ def test_crashes_bound_the_activation_workspace_no_line_prints() -> None:
     # the throughput fit's own answer is kept: it explains what it saw as well as the truth
     rms = {k: float(np.sqrt(np.mean(np.square(v)))) for k, v in misfit.items()}
     assert rms["twin"] < 1.33 * rms["truth"], rms  # (a particle far from the fit: 1.41)
+
+
+def test_a_load_mix_is_predicted_at_each_point_and_weighted() -> None:
+    """Over a load mix the twin gives every particle's figure at each load point alone, and
+    the objective is their weighted sum; at each particle, a configuration that starts serves
+    more tokens per second at 16 concurrent requests than at 1, and (the particles' median) more
+    at 64 than at 16."""
+    space = load_space(ROOT / "search_spaces" / "eagle3-h100-mix.yaml")
+    twin = Twin.prior(BoxFacts.from_profile(load_profile(space.engine.sim.profile)), space)
+    configs = [space.config_for(p) for p in space.sample(12, seed=3)]
+    configs.append(space.baseline_config())
+    prediction = twin.predict(configs)
+    assert prediction.points is not None
+    assert prediction.points.shape == (3, len(twin.z), len(configs))
+    started = ~np.isnan(prediction.samples)
+    assert started.any(axis=0).sum() >= 6
+    weights = np.array([p.weight for p in space.objective.loads])
+    weighted = np.einsum("k,kij->ij", weights, prediction.points)
+    np.testing.assert_allclose(weighted[started], prediction.samples[started])
+    c1, c16, c64 = (prediction.at_point(k).samples for k in range(3))
+    assert (c1[started] < c16[started]).all()
+    columns = started.all(axis=0)
+    assert (np.median(c16[:, columns], axis=0) < np.median(c64[:, columns], axis=0)).all()
+    assert np.isnan(c1[~started]).all()
