@@ -392,10 +392,15 @@ def cycle_tokens(cycles: int, gain: int, carry: float, drafts_per_cycle: float) 
     all: a bonus token each plus the accepted drafts as they accumulate from ``carry`` (the
     fraction carried in) at ``drafts_per_cycle`` (0 without speculation); the last cycles give
     fewer, or none, where the request reaches its output budget before the step ends."""
+    floor = math.floor
     out: list[int] = []
     before = 0
     for j in range(1, cycles + 1):
-        upto = min(gain, j + math.floor(carry + j * drafts_per_cycle))
+        upto = j + floor(carry + j * drafts_per_cycle)
+        if upto >= gain:  # the budget is reached: nothing more in the cycles left
+            out.append(gain - before)
+            out.extend([0] * (cycles - j))
+            break
         out.append(upto - before)
         before = upto
     return tuple(out)

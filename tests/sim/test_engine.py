@@ -155,3 +155,24 @@ def test_sampled_acceptance_averages_to_the_expected_value() -> None:
     rng = random.Random(1)
     samples = [model.sample_accepted(tree, rng) for _ in range(20000)]
     assert 1 + statistics.mean(samples) == pytest.approx(tree.expected_accept_length, abs=0.03)
+
+
+def test_fast_forwarded_cycles_give_the_accumulated_drafts_and_stop_at_the_budget() -> None:
+    """Cycle ``j`` of a fast-forwarded decode step brings the request to ``j`` bonus tokens plus
+    the drafts accepted so far (``floor(carry + j * rate)``), never past its ``gain``; the
+    cycles after it reaches the budget give nothing."""
+    import math
+
+    from autotune.sim._engine import cycle_tokens
+
+    rng = random.Random(5)
+    for _ in range(3000):
+        cycles, gain = rng.randint(2, 80), rng.randint(0, 300)
+        carry, rate = rng.random(), rng.choice([0.0, rng.random() * 6])
+        split = cycle_tokens(cycles, gain, carry, rate)
+        assert len(split) == cycles and min(split) >= 0
+        total = 0
+        for j, tokens in enumerate(split, start=1):
+            total += tokens
+            assert total == min(gain, j + math.floor(carry + j * rate))
+    assert cycle_tokens(4, 5, 0.5, 1.0) == (2, 2, 1, 0)
