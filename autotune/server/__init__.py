@@ -26,7 +26,7 @@ from autotune.server._identity import (
 from autotune.server._launcher import PrefixStop
 from autotune.server._outcome import ProcessOutcome, signal_name
 from autotune.server._ports import find_free_port, port_in_use, wait_port_released
-from autotune.server._process import ServerProcess
+from autotune.server._process import ServerProcess, new_token
 from autotune.server._startup import (
     Classification,
     LineClassifier,
@@ -58,6 +58,7 @@ __all__ = [
     "find_free_port",
     "find_live",
     "identity_of",
+    "new_token",
     "port_in_use",
     "signal_name",
     "stop_identity",

@@ -43,6 +43,21 @@ class ProcessIdentity:
     #: Where the launcher wrote the server's pid, inside the prefix.
     pid_file: str | None = None
 
+    @classmethod
+    def pending(cls, token: str, port: int | None) -> ProcessIdentity:
+        """The record of a server about to be launched with ``token``, stored before the
+        launch: no pid, group or start time yet (-1, -1 and 0, which match no process), so a
+        stop finds only the processes that carry the token (and their descendants)."""
+        return cls(
+            pid=-1,
+            pgid=-1,
+            create_time=0.0,
+            port=port,
+            hostname=socket.gethostname(),
+            argv_sha="",
+            token=token,
+        )
+
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         data["launch_prefix"] = list(self.launch_prefix)
@@ -160,7 +175,7 @@ def find_live(identity: ProcessIdentity) -> psutil.Process | None:
     ``None`` when it has exited, is a zombie, runs on another host, or when its pid now belongs
     to a process that started at another time (a reused pid).
     """
-    if identity.hostname != socket.gethostname():
+    if identity.hostname != socket.gethostname() or identity.pid <= 0:
         return None
     try:
         proc = psutil.Process(identity.pid)

@@ -107,12 +107,15 @@ class ServerProcess(Closing):
         kill_timeout_s: float = 10.0,
         prefix: Sequence[str] = (),
         secret_env: frozenset[str] = frozenset(),
+        token: str | None = None,
     ) -> ServerProcess:
         """Start ``argv`` (never through a shell); its output is appended to ``log_path``.
 
         ``term_timeout_s`` and ``kill_timeout_s`` are what the context manager's stop uses.
         ``prefix``: the leading elements of ``argv`` that are a launch prefix (see the class
-        docstring); ``secret_env``: names of ``env`` never put on the launcher's command line.
+        docstring); ``secret_env``: names of ``env`` never put on the launcher's command line;
+        ``token``: the launch's token (see :func:`new_token`; None: a new one), which every
+        process of the server carries in its environment.
 
         Raises:
             ServerError: the command cannot be started (executable missing or not executable,
@@ -138,7 +141,7 @@ class ServerProcess(Closing):
         child_env = dict(os.environ)
         child_env.update(env or {})
         child_env.setdefault("PYTHONUNBUFFERED", "1")
-        token = secrets.token_hex(16)
+        token = token or new_token()
         child_env[TOKEN_ENV] = token
         run = args
         launcher = None
@@ -211,8 +214,10 @@ class ServerProcess(Closing):
         cwd: Path | str | None = None,
         term_timeout_s: float = 30.0,
         kill_timeout_s: float = 10.0,
+        token: str | None = None,
     ) -> ServerProcess:
-        """Start the server that ``spec`` describes (its argv, environment additions and port)."""
+        """Start the server that ``spec`` describes (its argv, environment additions and port);
+        ``token``: as for :meth:`start`."""
         return cls.start(
             spec.argv,
             log_path=log_path,
@@ -223,6 +228,7 @@ class ServerProcess(Closing):
             kill_timeout_s=kill_timeout_s,
             prefix=spec.prefix,
             secret_env=spec.secret_env,
+            token=token,
         )
 
     @property
@@ -380,3 +386,9 @@ def _start_error(why: str, args: tuple[str, ...], log_path: Path, *, hint: str) 
         log_path=log_path,
         hint=hint,
     )
+
+
+def new_token() -> str:
+    """A launch token: recorded before a launch (:meth:`ProcessIdentity.pending`), it finds the
+    server's processes even when the tuner dies before it could record their pid."""
+    return secrets.token_hex(16)

@@ -50,6 +50,9 @@ class TrialFiles:
 class TrialHooks:
     """Callbacks of a running trial: the process record, phase changes, early stop."""
 
+    #: Just before the launch: the server's pending record (its launch token, no pid yet), so
+    #: that a tuner killed before ``on_launch`` still leaves a record that finds the server.
+    before_launch: Callable[[dict[str, Any]], None] = lambda identity: None
     on_launch: Callable[[dict[str, Any]], None] = lambda identity: None
     #: Around the launch and ``on_launch``: holds Ctrl-C back until the server is recorded.
     launching: Callable[[], AbstractContextManager[None]] = nullcontext

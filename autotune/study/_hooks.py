@@ -15,7 +15,9 @@ import time
 #: at that instant of the set-up. Phases: ``created`` (study row only), ``space`` (space
 #: attributes written), ``target``, ``baseline`` (the baseline queued), ``queued`` (all first
 #: trials queued, not yet marked complete); and, on ``resume``, ``requeued`` (a stale trial's
-#: re-run queued, the trial not yet failed).
+#: re-run queued, the trial not yet failed); in a trial or a confirmation run, ``launched`` (its
+#: server started, its pid not yet recorded: only the record stored before the launch, with the
+#: launch's token, can find it).
 PAUSE_ENV = "AUTOTUNE_TEST_PAUSE_AT"
 
 

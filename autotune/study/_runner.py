@@ -434,6 +434,7 @@ class StudyRunner:
 
     def _confirm_hooks(self) -> TrialHooks:
         return TrialHooks(
+            before_launch=lambda pending: self.study.set_user_attr(STUDY_CONFIRM_PROCESS, pending),
             on_launch=self._confirm_launched,
             launching=self.interrupts.deferred,
             cancelled=self.interrupts.stop_requested,
@@ -575,6 +576,9 @@ class StudyRunner:
                 params = self.space.suggest(trial)
                 config = self.space.config_for(params)
             hooks = TrialHooks(
+                before_launch=lambda pending: set_trial_system_attr(
+                    self.study, trial_id_of(trial), SYS_PROCESS, pending
+                ),
                 on_launch=lambda identity: self._launched(trial, identity),
                 launching=self.interrupts.deferred,
                 on_phase=lambda phase: progress.phase(number, phase),

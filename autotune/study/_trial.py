@@ -38,9 +38,11 @@ from autotune.engines import Engine, LaunchSpec
 from autotune.server import (
     GpuMonitor,
     GpuUsage,
+    ProcessIdentity,
     ServerProcess,
     find_free_port,
     identity_of,
+    new_token,
     wait_for_startup,
     wait_port_released,
 )
@@ -53,6 +55,7 @@ from autotune.study._evaluate import (
     refusal,
 )
 from autotune.study._feasibility import Feasibility
+from autotune.study._hooks import pause_at
 from autotune.study._record import LOAD_FIGURES, METRIC_ATTRS, Outcome, TrialRecord
 
 log = logging.getLogger("autotune.study")
@@ -141,12 +144,16 @@ class TrialRunner:
         proc: ServerProcess | None = None
         try:
             with hooks.launching():
+                token = new_token()
+                hooks.before_launch(ProcessIdentity.pending(token, launch.port).to_dict())
                 proc = ServerProcess.launch(
                     launch,
                     log_path=files.server_log,
                     term_timeout_s=timeouts.stop_s,
                     kill_timeout_s=max(5.0, timeouts.stop_s / 2),
+                    token=token,
                 )
+                pause_at("launched")  # test hook: a kill here leaves only the pending record
                 hooks.on_launch(identity_of(proc).to_dict())
             _check_cancelled(hooks)
             self._run_started(proc, launch, record, files, hooks)

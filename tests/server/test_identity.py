@@ -160,3 +160,33 @@ def test_orphan_of_a_killed_tuner_is_found_and_stopped(tmp_path: Path) -> None:
                 term_timeout_s=0.1,
                 kill_timeout_s=10,
             )
+
+
+def test_a_record_stored_before_the_launch_finds_the_server_by_its_token(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """The pending record, stored before the launch (no pid yet), stops every process of the
+    server launched with its token, even one that ignores SIGTERM and left the group; it never
+    names a live process by pid, and touches no process that carries another token."""
+    from autotune.server import new_token
+
+    token = new_token()
+    record = json.loads(json.dumps(ProcessIdentity.pending(token, 31998).to_dict()))
+    pending = ProcessIdentity.from_dict(record)
+    assert pending.pid == -1 and pending.token == token and pending.port == 31998
+    assert find_live(pending) is None
+    pidfile, other_pids = tmp_path / "pids", tmp_path / "other"
+    proc = start_server(script("tree_child.py", pidfile), log_path=tmp_path / "s.log", token=token)
+    other = start_server(script("tree_child.py", other_pids), log_path=tmp_path / "o.log")
+    wait_until(lambda: pidfile.exists() and other_pids.exists())
+    pids = read_pids(pidfile)
+
+    outcome = stop_identity(pending, term_timeout_s=0.2, kill_timeout_s=10)
+
+    assert outcome is not None and outcome.forced and outcome.survivors == ()
+    assert set(pids) <= set(outcome.pids)
+    assert proc.wait(10) == -signal.SIGKILL
+    assert not any(running(p) for p in pids)
+    assert all(running(p) for p in read_pids(other_pids))
+    assert other.poll() is None
+    assert stop_identity(pending) is None

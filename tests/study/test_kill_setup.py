@@ -248,3 +248,45 @@ def test_two_simultaneous_starts_one_winner(
             "already exists" in loser.err or "at the same moment" in loser.err
         ), loser.show()
         assert len(lab.finished(name)) == 1
+
+
+def test_kill9_between_a_launch_and_its_pid_record_then_resume(
+    lab: StudyLab, fault_tried: Callable[[str], None]
+) -> None:
+    """Killed after its server started but before the server's pid was recorded, the tuner
+    leaves the record it stored before the launch (the launch's token): ``study resume`` stops
+    that server, then re-runs its trial."""
+    fault_tried("SIGKILL of `study start` between a server's launch and its pid record")
+    space = lab.space("launched", configs=CONFIGS[:2])
+    start = ("study", "start", "--space", str(space), "--n-trials", "3", "--no-informed")
+    _spawn_paused(lab, "launched", *start, log="killed")
+    server = lab.wait_server()
+    assert server.is_running()
+    run = lab.cli("study", "resume", "--study-name", "launched", "--n-trials", "3")
+    assert run.rc == 0, run.show()
+    no_traceback(run)
+    assert not server.is_running()
+    assert "its server was still running and has been stopped" in run.err, run.show()
+    _check_study(lab, "launched", 3)
+
+
+def test_kill9_between_a_confirmation_launch_and_its_pid_record_then_confirm(
+    lab: StudyLab, fault_tried: Callable[[str], None]
+) -> None:
+    """The same instant in a confirmation run: the next ``study confirm`` stops the server
+    that the killed one left, before its own rounds."""
+    fault_tried("SIGKILL of `study confirm` between a server's launch and its pid record")
+    space = lab.space(
+        "conf-launched",
+        configs=CONFIGS[:2],
+        confirm={"candidates": 2, "min_rounds": 2, "max_rounds": 3},
+    )
+    run = lab.cli("study", "start", "--space", str(space), "--n-trials", "3", "--no-confirm")
+    assert run.rc == 0, run.show()
+    _spawn_paused(lab, "launched", "study", "confirm", "--study-name", "conf-launched", log="c")
+    server = lab.wait_server()
+    assert server.is_running()
+    again = lab.cli("study", "confirm", "--study-name", "conf-launched")
+    assert again.rc == 0, again.show()
+    no_traceback(again)
+    assert not server.is_running()
