@@ -162,10 +162,11 @@ class ProtocolServer:
 
     async def _serve(self, request: Request, api: str) -> Response:
         body = await request.json()
-        with self.seen.lock:
-            self.seen.bodies.append(body)
-            self.seen.authorization.add(request.headers.get("authorization", ""))
-            seq = len(self.seen.bodies)
+        seen = self.seen  # a request still running after a reset records into the old one
+        with seen.lock:
+            seen.bodies.append(body)
+            seen.authorization.add(request.headers.get("authorization", ""))
+            seq = len(seen.bodies)
         mode = self.behaviour.decide(seq, body)
         if mode == "500":
             return JSONResponse({"error": "internal"}, status_code=500)
@@ -177,13 +178,13 @@ class ProtocolServer:
             text = body.get("prompt") or " ".join(m["content"] for m in body["messages"])
             n_in = len(text.split())
         return StreamingResponse(
-            self._stream(api, mode, seq, n_in, n_out, body), media_type="text/event-stream"
+            self._stream(seen, api, mode, seq, n_in, n_out, body), media_type="text/event-stream"
         )
 
     async def _stream(
-        self, api: str, mode: str, seq: int, n_in: int, n_out: int, body: dict[str, Any]
+        self, s: Seen, api: str, mode: str, seq: int, n_in: int, n_out: int, body: dict[str, Any]
     ) -> Any:
-        b, s = self.behaviour, self.seen
+        b = self.behaviour
         with s.lock:
             s.in_flight += 1
             s.max_in_flight = max(s.max_in_flight, s.in_flight)
@@ -214,7 +215,7 @@ class ProtocolServer:
                 if mode == "error_event" and chunks == 2:
                     yield _event({"error": {"message": "scheduler aborted the request"}})
                     return
-                yield _event(self._chunk(api, seq, n_in, done, chunks, text, piece, last))
+                yield _event(self._chunk(s, api, seq, n_in, done, chunks, text, piece, last))
             if api != "generate" and body.get("stream_options", {}).get("include_usage"):
                 usage = {"prompt_tokens": n_in, "completion_tokens": done}
                 yield _event({"choices": [], "usage": usage})
@@ -226,6 +227,7 @@ class ProtocolServer:
 
     def _chunk(
         self,
+        seen: Seen,
         api: str,
         seq: int,
         n_in: int,
@@ -253,8 +255,8 @@ class ProtocolServer:
                 else:
                     meta["spec_accept_rate"] = (done - chunks) / (3 * chunks)
             if last:
-                with self.seen.lock:
-                    self.seen.finals.append(dict(meta))
+                with seen.lock:
+                    seen.finals.append(dict(meta))
             return {"text": text, "meta_info": meta}
         finish = "length" if last else None
         if api == "completions":
