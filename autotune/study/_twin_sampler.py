@@ -309,16 +309,26 @@ class TwinSampler(AutotuneSampler):
         alike."""
         sign = 1.0 if self.maximize else -1.0
         rows = [_improvement(pred.samples, pred.weights, bests[0], sign, given_start=given_start)]
+        if self.labels and bests[0] is not None:
+            for k, best in enumerate(bests[1:]):
+                at = pred.at_point(k)
+                rows.append(
+                    _improvement(at.samples, at.weights, best, sign, given_start=given_start)
+                )
+        return self._shares(rows, bests)
+
+    def _shares(self, rows: Sequence[np.ndarray], bests: Sequence[float | None]) -> np.ndarray:
+        """Each target's expected improvements (``rows``: the objective, then each load point)
+        as a share of its best measured, none for a point with nothing measured; without a load
+        mix, or before anything is measured, the objective's alone, as they are."""
         if not self.labels or bests[0] is None:
-            return np.array(rows)
-        for k, best in enumerate(bests[1:]):
-            at = pred.at_point(k)
-            rows.append(
-                _improvement(at.samples, at.weights, best, sign, given_start=given_start)
-                if best is not None
-                else np.zeros(len(rows[0]))
-            )
-        return np.array([r / abs(b) if b else r for r, b in zip(rows, bests, strict=True)])
+            return np.array(rows[:1])
+        return np.array(
+            [
+                np.zeros_like(r) if b is None else r / abs(b) if b else r
+                for r, b in zip(rows, bests, strict=True)
+            ]
+        )
 
     def _rank(self, study: optuna.Study, bests: Sequence[float | None]) -> TwinPlan:
         tried = _tried_combos(study, self.searched)
@@ -395,7 +405,6 @@ class TwinSampler(AutotuneSampler):
             [pred.crash_reason[pick]],
             None if pred.points is None else pred.points[:, :, [pick]],
         )
-        scores = self._scores(one, bests, given_start=False)[:, 0]
         gains, highs = [], []
         for k in range(len(self.labels) + 1):
             at = one if k == 0 else one.at_point(k - 1)
@@ -403,7 +412,7 @@ class TwinSampler(AutotuneSampler):
                 float(_improvement(at.samples, at.weights, bests[k], sign, given_start=False)[0])
             )
             highs.append(_upper(at.samples[:, 0], at.weights, sign))
-        score = float(scores.max()) if len(scores) > 1 else gains[0]
+        score = float(self._shares([np.array([g]) for g in gains], bests).max())
         return _Settled(options[pick], score, float(odds[pick]), pred.crash_reason[pick],
                         tuple(gains), tuple(highs))  # fmt: skip
 
