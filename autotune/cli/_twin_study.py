@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 #: What ``autotune twin check`` makes the prior's centre wrong by (the search benchmark's).
 DEFAULT_ERRORS = {"bandwidth": 0.85, "acceptance": 0.9, "allreduce": 1.5}
+#: How many of the compared configurations ``autotune twin check`` lists, worst first.
+WORST = 5
 
 
 def parse_errors(text: str | None) -> dict[str, float]:
@@ -106,6 +108,11 @@ class CheckResult:
     coefficients: list[tuple[str, float, float, float | None]] = field(default_factory=list)
     predict_ms: float = 0.0
     observe_ms: float = 0.0
+    #: Each compared configuration's knobs in words, in the order of ``errors``.
+    configs: list[str] = field(default_factory=list)
+    #: Where each compared configuration lies beyond what the study measured
+    #: (:meth:`~autotune.twin.Twin.beyond`; empty: within it), in the order of ``errors``.
+    beyond: list[list[str]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         import numpy as np
@@ -119,6 +126,7 @@ class CheckResult:
             f"prior's predictions at {len(self.errors)} random feasible configurations, "
             f"against the true profile's: {dist(self.prior_errors)}",
             f"exported twin's predictions there: {dist(self.errors)}",
+            *self._coverage_lines(dist),
             f"twin.predict: {self.predict_ms:.2f} ms per configuration (300 candidates, "
             f"{self.observe_ms:.0f} ms per observe at the end)",
             "",
@@ -128,6 +136,25 @@ class CheckResult:
         for name, before, after, truth in self.coefficients:
             t = "" if truth is None else f"{truth:10.4g}"
             out.append(f"{name:<28} {before:10.4g} {after:10.4g} {t:>10}")
+        return out
+
+    def _coverage_lines(self, dist: Any) -> list[str]:
+        """The errors within and beyond what the study measured, and the worst few."""
+        if len(self.beyond) != len(self.errors) or len(self.configs) != len(self.errors):
+            return []
+        inside = [e for e, b in zip(self.errors, self.beyond, strict=True) if not b]
+        outside = [e for e, b in zip(self.errors, self.beyond, strict=True) if b]
+        out = []
+        for words, group in (("within", inside), ("beyond", outside)):
+            if group:
+                out.append(
+                    f"  {len(group)} {words} what the study's started trials covered: {dist(group)}"
+                )
+        worst = sorted(range(len(self.errors)), key=lambda i: -abs(self.errors[i]))[:WORST]
+        out.append(f"  the worst {len(worst)}:")
+        for i in worst:
+            where = "; beyond: " + ", ".join(self.beyond[i]) if self.beyond[i] else ""
+            out.append(f"    {self.errors[i]:+.1%}  {self.configs[i]}{where}")
         return out
 
 
@@ -176,12 +203,14 @@ def check_twin(
             chosen.append(config)
         if len(chosen) >= configs:
             break
-    errs, prior_errs = [], []
+    errs, prior_errs, words, beyond = [], [], [], []
     for config in chosen:
         true = oracle.answer(config).value
         assert true is not None
         errs.append(_value(twin_model, space, config) / true - 1.0)
         prior_errs.append(_value(prior_model, space, config) / true - 1.0)
+        words.append(_words(space, config))
+        beyond.append(twin.beyond(config))
     cands = [space.config_for(p) for p in space.sample(300, seed=seed + 1)]
     start = time.perf_counter()
     twin.predict(cands)
@@ -195,9 +224,16 @@ def check_twin(
         prior_errors=prior_errs,
         predict_ms=predict_ms,
         observe_ms=fit_s * 1000 / max(1, len(twin.observations)),
+        configs=words,
+        beyond=beyond,
     )
     result.coefficients = _coefficients(prior, twin, truth_profile)
     return result
+
+
+def _words(space: SearchSpace, config: ServerConfig) -> str:
+    """The searched knobs of ``config``, ``name=value`` in the space's order."""
+    return ", ".join(f"{p.name}={getattr(config, p.name, None)}" for p in space.parameters)
 
 
 def _value(model: Any, space: SearchSpace, config: ServerConfig) -> float:

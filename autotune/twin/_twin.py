@@ -181,6 +181,42 @@ class Twin:
         span("static memory", [c.mem_fraction_static for c in resolved])
         return ", ".join(parts)
 
+    def beyond(self, config: ServerConfig) -> list[str]:
+        """Where ``config``'s step time lies outside what the started trials measured
+        (:meth:`coverage`): a top-k or all-reduce mode no started trial used, or steps or draft
+        tokens outside the measured range (``top-k 8``, ``draft tokens 15 > 9``); empty where
+        each of them is within. The CUDA-graph batch and the static memory share are left out:
+        they change the step time only at the crash edges."""
+        started = [self.model.resolve(c) for c, r in self.observations if str(r.outcome) == "ok"]
+        c = self.model.resolve(config)
+        spec = [s for s in started if s.speculative]
+        out: list[str] = []
+
+        def check(name: str, value: Any, seen: Sequence[Any], *, ranged: bool) -> None:
+            known = [v for v in seen if v is not None]
+            if value is None or not known:
+                return
+            if not ranged:
+                if value not in known:
+                    out.append(f"{name} {value}")
+            elif value > max(known):
+                out.append(f"{name} {value:g} > {max(known):g}")
+            elif value < min(known):
+                out.append(f"{name} {value:g} < {min(known):g}")
+
+        if c.speculative:
+            if not spec:
+                out.append("speculation")
+            steps = [s.speculative_num_steps for s in spec]
+            topks = [s.speculative_eagle_topk for s in spec]
+            drafts = [s.speculative_num_draft_tokens for s in spec]
+            check("steps", c.speculative_num_steps, steps, ranged=True)
+            check("top-k", c.speculative_eagle_topk, topks, ranged=False)
+            check("draft tokens", c.speculative_num_draft_tokens, drafts, ranged=True)
+        if self.layout.tp > 1:
+            check("all-reduce", c.allreduce, [s.allreduce for s in started], ranged=False)
+        return out
+
     def set_layout(self, layout: Layout) -> None:
         """Replace the fixed part (an all-reduce mode learned to fail, or to work)."""
         if layout is not self.layout:

@@ -186,6 +186,20 @@ def test_twin_check_of_a_twin_guided_study(tmp_path: Path) -> None:
     assert 2 <= int(study.group(1)) <= 10
     errors = re.search(r"exported twin's predictions there: median ([\d.]+)%", done.stdout)
     assert errors is not None and float(errors.group(1)) < 5.0, done.stdout
+    # the 20 compared configurations, split by what the study's started trials covered
+    line = r"^  (\d+) (within|beyond) what the study's started trials covered: "
+    line += r"median [\d.]+%, p90 [\d.]+%, max ([\d.]+)%$"
+    groups = re.findall(line, done.stdout, re.M)
+    assert groups and sum(int(n) for n, _, _ in groups) == 20, done.stdout
+    top = re.search(r"exported twin's predictions there: .*max ([\d.]+)%", done.stdout)
+    assert top is not None
+    assert max(float(m) for _, _, m in groups) == float(top.group(1))
+    worst = re.findall(r"^    ([+-][\d.]+)%  (speculative_num_steps=.*)$", done.stdout, re.M)
+    assert len(worst) == 5, done.stdout
+    sizes = [abs(float(e)) for e, _ in worst]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] == float(top.group(1))
+    for _, words in worst:
+        assert "cuda_graph_max_bs=" in words and "mem_fraction_static=" in words
     bad = autotune("twin", "check", "--space", str(SPACE), "--sampler", "tpe", cwd=tmp_path)
     assert bad.returncode == 2
     assert "--sampler: unknown sampler 'tpe'" in bad.stderr and "Traceback" not in bad.stderr

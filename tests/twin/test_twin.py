@@ -305,3 +305,44 @@ def test_a_load_mix_is_predicted_at_each_point_and_weighted() -> None:
     columns = started.all(axis=0)
     assert (np.median(c16[:, columns], axis=0) < np.median(c64[:, columns], axis=0)).all()
     assert np.isnan(c1[~started]).all()
+
+
+def test_beyond_names_what_no_started_trial_measured() -> None:
+    """A configuration is beyond the study where its top-k or all-reduce mode was never started,
+    or its steps or draft tokens lie outside the started range; a crashed start covers nothing,
+    and the graph batch and memory share (crash edges only) never count."""
+    space = load_space(KIMI)
+    truth = load_profile(space.engine.sim.profile)
+    model = SimModel(truth)
+    twin = Twin.prior(BoxFacts.from_profile(truth), space)
+    base = {
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 2,
+        "speculative_num_draft_tokens": 6,
+        "cuda_graph_max_bs": 64,
+        "mem_fraction_static": 0.85,
+        "allreduce": "nccl",
+    }
+    short = {"speculative_num_steps": 2, "speculative_eagle_topk": 1}
+    chain = space.config_for({**base, **short, "speculative_num_draft_tokens": 3})
+    tree = space.config_for(base)
+    crashed = space.config_for({**base, "speculative_eagle_topk": 8, "allreduce": "torch_symm_mem"})
+    rng = random.Random(0)
+    records = [(c, trial(model, space, c, rng)) for c in (chain, tree, crashed)]
+    assert [r.outcome for _, r in records] == ["ok", "ok", "unsupported_arch"]
+    twin.observe_many(records)
+    inside = space.config_for({**base, "cuda_graph_max_bs": 512, "mem_fraction_static": 0.7})
+    assert twin.beyond(inside) == []
+    assert twin.beyond(space.config_for({**base, "speculative_num_draft_tokens": 3})) == []
+    wide = {"speculative_num_steps": 6, "speculative_eagle_topk": 8}
+    far = space.config_for(
+        {**base, **wide, "speculative_num_draft_tokens": 12, "allreduce": "torch_symm_mem"}
+    )
+    assert twin.beyond(far) == [
+        "steps 6 > 3",
+        "top-k 8",
+        "draft tokens 12 > 6",
+        "all-reduce torch_symm_mem",
+    ]
+    low = space.config_for({**base, "speculative_num_steps": 1, "speculative_num_draft_tokens": 2})
+    assert twin.beyond(low) == ["steps 1 < 2", "draft tokens 2 < 3"]
