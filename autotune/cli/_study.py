@@ -40,9 +40,17 @@ Facts = Annotated[
     typer.Option(
         "--facts",
         metavar="FILE",
-        help="The box's facts (YAML) for --sampler twin (default: the simulator's profile).",
+        help="The box's facts (YAML) for --sampler twin or survey (default: the simulator's "
+        "profile).",
     ),
 ]
+
+SAMPLER_HELP = (
+    "auto (the twin where it can serve the study, else GP; TPE for conditional spaces or "
+    "without PyTorch), gp, tpe, random, twin (the box's twin proposes; needs --facts on a real "
+    "box), survey (the twin proposes where it knows least, for a twin to export; with resume "
+    "--n-trials N)."
+)
 
 
 def _options(**values: object) -> object:
@@ -66,8 +74,7 @@ def start(
         str,
         typer.Option(
             "--sampler",
-            help="auto (GP; TPE for conditional spaces or without PyTorch), gp, tpe, random, "
-            "twin (the box's twin proposes; needs --facts on a real box).",
+            help=SAMPLER_HELP,
         ),
     ] = "auto",
     facts: Facts = None,
@@ -127,7 +134,7 @@ def resume(
     ] = None,
     timeout: Annotated[float | None, typer.Option("--timeout")] = None,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
-    sampler: Annotated[str, typer.Option("--sampler")] = "auto",
+    sampler: Annotated[str, typer.Option("--sampler", help=SAMPLER_HELP)] = "auto",
     facts: Facts = None,
     storage: Storage = None,
     studies_dir: StudiesDir = "studies",

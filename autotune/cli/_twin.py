@@ -75,6 +75,15 @@ def check(
             "(the twin-guided search, which stops once it expects no better).",
         ),
     ] = "gp",
+    survey: Annotated[
+        int,
+        typer.Option(
+            "--survey",
+            help="Then this many trials of --sampler survey (where the twin knows least), as "
+            "`autotune study resume --sampler survey --n-trials N` adds them.",
+            min=0,
+        ),
+    ] = 0,
 ) -> None:
     """Run a study on the simulator (the search benchmark's oracle), fit the twin to it as
     `twin export` does, and print how far the fitted profile's predictions at random
@@ -93,5 +102,6 @@ def check(
         configs=configs,
         errors=parse_errors(errors),
         sampler=sampler,
+        survey=survey,
     )
     typer.echo("\n".join(result.lines()))

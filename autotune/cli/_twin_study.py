@@ -105,6 +105,8 @@ class CheckResult:
     measured: int
     errors: list[float]
     prior_errors: list[float]
+    #: Of ``trials``, those the survey sampler added.
+    surveyed: int = 0
     coefficients: list[tuple[str, float, float, float | None]] = field(default_factory=list)
     predict_ms: float = 0.0
     observe_ms: float = 0.0
@@ -121,8 +123,10 @@ class CheckResult:
             e = np.abs(np.array(values))
             return f"median {np.median(e):.1%}, p90 {np.quantile(e, 0.9):.1%}, max {e.max():.1%}"
 
+        survey = f", the last {self.surveyed} a survey" if self.surveyed else ""
         out = [
-            f"profile {self.profile}: a study of {self.trials} trials ({self.measured} measured)",
+            f"profile {self.profile}: a study of {self.trials} trials ({self.measured} measured"
+            f"{survey})",
             f"prior's predictions at {len(self.errors)} random feasible configurations, "
             f"against the true profile's: {dist(self.prior_errors)}",
             f"exported twin's predictions there: {dist(self.errors)}",
@@ -167,10 +171,12 @@ def check_twin(
     configs: int = 20,
     errors: Mapping[str, float] | None = None,
     sampler: str = "gp",
+    survey: int = 0,
 ) -> CheckResult:
     """Run a study on the simulator, export its twin, compare with the truth (module doc);
     ``sampler``: the study's (``gp``: the full ``trials``, spread over the space; ``auto`` or
-    ``twin``: the twin-guided search, which stops when it expects no better)."""
+    ``twin``: the twin-guided search, which stops when it expects no better); ``survey``: then
+    that many trials of the survey sampler, as ``study resume --sampler survey`` adds them."""
     import time
 
     from autotune.engines import create_engine
@@ -185,6 +191,11 @@ def check_twin(
         folder = Path(tmp)
         name = f"twin-check-{seed}"
         study = _run_study(space, engine, oracle, name, seed, trials, folder, sampler=sampler)
+        searched = len(study.trials)
+        if survey:
+            study = _run_study(
+                space, engine, oracle, name, seed, searched + survey, folder, sampler="survey"
+            )
         start = time.perf_counter()
         facts = BoxFacts.from_profile(truth.profile)
         twin = twin_of_study(study, facts=facts, errors=errors, seed=seed)
@@ -219,6 +230,7 @@ def check_twin(
     result = CheckResult(
         profile=truth_profile.name,
         trials=len(twin.observations),
+        surveyed=len(twin.observations) - searched,
         measured=measured,
         errors=errs,
         prior_errors=prior_errs,
@@ -292,7 +304,7 @@ def _run_study(
 ) -> optuna.Study:
     """A study of ``trials`` trials by the tuner's loop, answered by the oracle, its trials
     carrying the memory lines the simulated server prints, in a SQLite file under
-    ``folder``."""
+    ``folder`` (a study of that name already there goes on to ``trials`` in all)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -309,15 +321,21 @@ def _run_study(
     )
     options = dataclasses.replace(options, confirm=False)
     url = f"sqlite:///{folder / 'check.db'}"
-    study = optuna.create_study(
-        study_name=name,
-        storage=url,
-        directions=[optuna.study.StudyDirection[d.upper()] for d in space.objective.directions],
-    )
-    store_space(study, space, None)
-    finish_setup(study, space, engine, options)
+    before = 0
+    if name in optuna.get_all_study_names(storage=url):  # go on with it (a survey)
+        study = optuna.load_study(study_name=name, storage=url)
+        before = len(study.trials)
+    else:
+        study = optuna.create_study(
+            study_name=name,
+            storage=url,
+            directions=[optuna.study.StudyDirection[d.upper()] for d in space.objective.directions],
+        )
+        store_space(study, space, None)
+        finish_setup(study, space, engine, options)
     target = set_target(study, trials)
     paths = StudyPaths(name, url, folder / f"{name}-artifacts", folder / f"{name}-logs")
-    evaluator = OracleEvaluator(oracle, seed=seed, engine=engine)
+    # a study that goes on draws fresh noise (the same seed would repeat its first draws)
+    evaluator = OracleEvaluator(oracle, seed=seed + 100_003 * before, engine=engine)
     StudyRunner(study, space, engine, paths, options, target, evaluator=evaluator, quiet=True).run()
     return optuna.load_study(study_name=name, storage=url)

@@ -15,7 +15,10 @@ demo. The choice therefore depends on whether torch can be imported here:
   before the study is created, since the user asked for a sampler that cannot run here;
 * ``tpe`` and ``random`` never need torch (and never import it);
 * ``twin`` is the twin-guided sampler (:mod:`autotune.study._twin_sampler`), which needs the
-  box's facts; where it has proposed every speculative combination, ``auto``'s choice goes on.
+  box's facts; where it has proposed every speculative combination, ``auto``'s choice goes on;
+* ``survey`` is the twin-guided sampler aimed at what the twin knows least rather than at the
+  optimum: trials added to a study (``autotune study resume --sampler survey``) so that the
+  twin it exports predicts the box where the search never went.
 
 torch is imported only when the choice needs to know (``auto`` on an unconditional space, or
 ``gp``): ``autotune --help`` and a TPE study stay as fast as without it.
@@ -40,7 +43,9 @@ if TYPE_CHECKING:
     from autotune.study._sampler import AutotuneSampler
     from autotune.twin import BoxFacts
 
-SAMPLERS = ("auto", "gp", "tpe", "random", "twin")
+SAMPLERS = ("auto", "gp", "tpe", "random", "twin", "survey")
+#: The samplers that keep a twin of the box (and need its facts).
+TWIN_SAMPLERS = ("twin", "survey")
 
 #: How a user gets the GP sampler (the extra that brings PyTorch).
 GP_INSTALL = "pip install 'autotune[gp]'"
@@ -51,7 +56,8 @@ CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 @dataclass(frozen=True)
 class SamplerChoice:
-    """The sampler a study runs with: ``name`` is ``gp``, ``tpe``, ``random`` or ``twin``."""
+    """The sampler a study runs with: ``name`` is ``gp``, ``tpe``, ``random``, ``twin`` or
+    ``survey``."""
 
     #: What was asked for (``--sampler``): one of :data:`SAMPLERS`.
     requested: str
@@ -116,7 +122,7 @@ def choose_sampler(
             source=source,
             hint="choose one of: " + ", ".join(SAMPLERS),
         )
-    if requested in ("tpe", "random", "twin"):
+    if requested in ("tpe", "random", *TWIN_SAMPLERS):
         return SamplerChoice(requested, requested)
     if requested == "auto" and twin:
         return SamplerChoice(requested, "twin")
@@ -158,9 +164,10 @@ def build_sampler(
 ) -> AutotuneSampler:
     """The study's sampler: ``twin`` is :class:`~autotune.study._twin_sampler.TwinSampler`,
     its twin's prior from ``facts`` (wrong by ``twin_errors``), over the choice ``auto`` makes
-    without a twin; ``auto`` is that twin sampler where ``facts`` are given and
-    :func:`twin_ready` holds, else GPSampler unless the space is conditional (then TPE) or
-    PyTorch is missing here (then TPE; see :mod:`autotune.study._choice`).
+    without a twin; ``survey`` the same aimed at what the twin knows least; ``auto`` is that
+    twin sampler where ``facts`` are given and :func:`twin_ready` holds, else GPSampler unless
+    the space is conditional (then TPE) or PyTorch is missing here (then TPE; see
+    :mod:`autotune.study._choice`).
 
     Both handle a multi-objective study (GPSampler: log expected hypervolume improvement,
     constrained; TPE: its multi-objective split), with the same constraints.
@@ -178,10 +185,11 @@ def build_sampler(
 
     twin = facts is not None and twin_ready(space, facts_known=True)
     choice = choose_sampler(name, conditional=space.conditional, twin=twin).name
-    if choice == "twin":
+    if choice in TWIN_SAMPLERS:
         return _twin_sampler(
             space,
             feasibility,
+            aim="survey" if choice == "survey" else "optimum",
             seed=seed,
             constraints=constraints,
             on_refusal=on_refusal,
@@ -222,6 +230,7 @@ def _twin_sampler(
     space: SearchSpace,
     feasibility: Feasibility | None,
     *,
+    aim: str,
     seed: int | None,
     constraints: Callable[[FrozenTrial], Sequence[float]],
     on_refusal: Callable[[str], None] | None,
@@ -257,6 +266,7 @@ def _twin_sampler(
         space,
         feasibility,
         twin,
+        aim=aim,
         seed=seed,
         n_startup_trials=n_startup_trials,
         constraints=constraints,

@@ -25,7 +25,13 @@ from autotune._knobs import ServerConfig
 from autotune.bench import BenchmarkResult
 from autotune.engines import Engine
 from autotune.space import SearchSpace, load_space
-from autotune.study._choice import SamplerChoice, build_sampler, choose_sampler, twin_ready
+from autotune.study._choice import (
+    TWIN_SAMPLERS,
+    SamplerChoice,
+    build_sampler,
+    choose_sampler,
+    twin_ready,
+)
 from autotune.study._claims import (
     claim,
     configuration,
@@ -181,7 +187,7 @@ def _facts(space: SearchSpace, options: StudyOptions) -> Any:
     Raises:
         ConfigError: the twin sampler on a real box without ``--facts``.
     """
-    wanted = options.sampler == "twin" or (
+    wanted = options.sampler in TWIN_SAMPLERS or (
         options.sampler == "auto" and twin_ready(space, facts_known=options.facts is not None)
     )
     if not wanted:
@@ -299,9 +305,11 @@ class StudyRunner:
             self.engine.describe(),
         )
         base = getattr(self.sampler, "base", None)
+        aim = getattr(self.sampler, "aim", None)
         log.info(
-            "sampler: %s%s",
+            "sampler: %s%s%s",
             type(self.sampler).__name__,
+            f" (aim: {aim})" if aim else "",
             "" if base is None else f" over {type(base).__name__}",
         )
         started = time.monotonic()
@@ -390,10 +398,12 @@ class StudyRunner:
         )
 
     def confirm_wanted(self) -> bool:
-        """Whether the study confirms its best after the search (the option, else the space)."""
+        """Whether the study confirms its best after the search (the option, else the space;
+        a survey's trials add to what the twin knows, not to the choice, so a survey confirms
+        only when asked)."""
         if self.options.confirm is not None:
             return self.options.confirm
-        return self.space.confirm.enabled
+        return self.space.confirm.enabled and self.options.sampler != "survey"
 
     def confirm(self, progress: StudyProgress) -> Verdict | None:
         """Confirm the best candidates (:mod:`autotune.study._confirm`); None when another

@@ -28,6 +28,14 @@ improvements (the weighted figure's, and each point's over the configuration mea
 there), each as a share of its best measured; each point's best few are shortlisted too; and the
 search stops only once the weighted figure and every point meet the rule above.
 
+A survey (``aim="survey"``, ``--sampler survey``) aims at the twin rather than at the optimum:
+it ranks the untried combinations by how uncertain the twin is of their value (its particles'
+spread over their mean, times the share of particles that start them) and stops once none is
+more uncertain than :data:`SURVEY_SPREAD`. A search stops where it expects nothing better, so
+its twin knows little of top-k values, all-reduce modes and draft-token counts it never needed;
+a few survey trials added to the study measure exactly those, and the exported twin
+(``autotune twin export``) then predicts the box there too.
+
 Where every combination has been measured or refused, the wrapped sampler proposes as
 :class:`~autotune.study.AutotuneSampler` does.
 """
@@ -76,6 +84,11 @@ MARGIN = 0.01
 #: is under this share of the best measured value: the twin gives little weight to any
 #: untried combination beating the best by more than run-to-run noise.
 STOP_GAIN = 0.001
+#: A survey (``aim="survey"``) stops once no untried combination's value is more uncertain than
+#: this share of it (the twin's particles' spread, over those that start it).
+SURVEY_SPREAD = 0.01
+#: What a twin-guided study aims at: the best configuration, or the twin's knowledge of the box.
+AIMS = ("optimum", "survey")
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,9 @@ class TwinPlan:
     #: With a load mix: the same view of each load point alone (its best measured configuration
     #: of the space, the baseline aside once one is measured), for the winner at each point.
     points: tuple[PointPlan, ...] = ()
+    #: A survey's view: the widest relative spread of the twin's belief over the shortlisted
+    #: untried combinations, counting only those likely to start (None: not a survey).
+    spread: float | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +134,7 @@ class TwinSampler(AutotuneSampler):
         twin: Twin,
         *,
         stop_share: float = 0.01,
+        aim: str = "optimum",
         seed: int | None = None,
         constraints: Callable[[FrozenTrial], Sequence[float]] | None = None,
         on_refusal: Callable[[str], None] | None = None,
@@ -132,8 +149,12 @@ class TwinSampler(AutotuneSampler):
             on_refusal=on_refusal,
             **kwargs,
         )
+        if aim not in AIMS:
+            raise ValueError(f"aim must be one of {AIMS}, not {aim!r}")
         self.twin = twin
         self.stop_share = stop_share
+        #: ``survey``: propose where the twin knows least (module docstring), not the optimum.
+        self.aim = aim
         self.maximize = space.objective.direction == "maximize"
         self.searched = [p for p in space.parameters if p.name not in SETTLED_KNOBS]
         self.settled_params = [p for p in space.parameters if p.name in SETTLED_KNOBS]
@@ -191,6 +212,8 @@ class TwinSampler(AutotuneSampler):
         plan = self.plan(study)
         if not plan.ranked:
             return "every speculative combination of the space has been measured"
+        if self.aim == "survey":
+            return self._surveyed(plan)
         if plan.best is None or self.stop_share <= 0:
             return None
         searched = [
@@ -214,6 +237,16 @@ class TwinSampler(AutotuneSampler):
             labels = ", ".join(p.label for p in plan.points)
             why += f"; the same holds at each load point alone ({labels})"
         return why
+
+    def _surveyed(self, plan: TwinPlan) -> str | None:
+        """Why a survey may stop (None: go on): no untried combination that the twin expects to
+        start is more uncertain than :data:`SURVEY_SPREAD` of its value."""
+        if plan.spread is None or plan.spread > SURVEY_SPREAD:
+            return None
+        return (
+            f"the twin knows every untried combination it expects to start within "
+            f"{SURVEY_SPREAD:.0%} (the widest spread of its belief: {plan.spread:.1%})"
+        )
 
     def _settled(self, best: float, predicted: float, gain: float | None) -> str | None:
         """Why the search for one figure is over (None: it is not): the expected gain of the
@@ -341,7 +374,10 @@ class TwinSampler(AutotuneSampler):
         sign = 1.0 if self.maximize else -1.0
         first = [{**c, **self.settled} for c in combos]
         pred = self.twin.predict([self.space.config_for(p) for p in first])
-        scores = self._scores(pred, bests, given_start=True)
+        if self.aim == "survey":
+            scores = _spread(pred.samples, pred.weights)[None, :]
+        else:
+            scores = self._scores(pred, bests, given_start=True)
         order = np.argsort(-scores.max(axis=0), kind="stable")
         picked = list(order[:SHORTLIST])
         for row in scores[1:]:  # each load point's own best few
@@ -358,25 +394,39 @@ class TwinSampler(AutotuneSampler):
             return predicted, gain
 
         predicted, gain = view(0)
+        spread = None
+        if self.aim == "survey":
+            starting = [c.score for c in chosen if c.odds <= CRASH_ODDS]
+            spread = max(starting) if starting else 0.0
         points = tuple(
             PointPlan(label, bests[k + 1], *view(k + 1)) for k, label in enumerate(self.labels)
         )
-        log.info(
-            "twin: best measured (the twin's value) %s, best untried %s (%s), optimistic %s, "
-            "expected gain %s%s",
-            best,
-            _short(ranked[0][0]),
-            f"crash odds {ranked[0][1]:.0%}",
-            predicted,
-            gain,
-            "".join(f"; {p.label}: best {p.best}, optimistic {p.predicted}" for p in points),
-        )
+        if self.aim == "survey":
+            log.info(
+                "twin survey: least known untried %s (%s), its spread %.1f%%; the widest among "
+                "those likely to start %.1f%%",
+                _short(ranked[0][0]),
+                f"crash odds {ranked[0][1]:.0%}",
+                100 * chosen[0].score,
+                100 * (spread or 0.0),
+            )
+        else:
+            log.info(
+                "twin: best measured (the twin's value) %s, best untried %s (%s), optimistic %s, "
+                "expected gain %s%s",
+                best,
+                _short(ranked[0][0]),
+                f"crash odds {ranked[0][1]:.0%}",
+                predicted,
+                gain,
+                "".join(f"; {p.label}: best {p.best}, optimistic {p.predicted}" for p in points),
+            )
         # the rest in the first pass's order, with its crash odds at the current settled knobs
         for i in order:
             if i not in picked:
                 ranked.append(({**combos[i], **self.settled},
                                float(pred.crash_probability[i]), pred.crash_reason[i]))  # fmt: skip
-        return TwinPlan(tuple(ranked), best, predicted, gain, points)
+        return TwinPlan(tuple(ranked), best, predicted, gain, points, spread)
 
     def _settle(
         self, combo: Mapping[str, Any], bests: Sequence[float | None], sign: float
@@ -412,7 +462,10 @@ class TwinSampler(AutotuneSampler):
                 float(_improvement(at.samples, at.weights, bests[k], sign, given_start=False)[0])
             )
             highs.append(_upper(at.samples[:, 0], at.weights, sign))
-        score = float(self._shares([np.array([g]) for g in gains], bests).max())
+        if self.aim == "survey":
+            score = float(_spread(one.samples, one.weights)[0])
+        else:
+            score = float(self._shares([np.array([g]) for g in gains], bests).max())
         return _Settled(options[pick], score, float(odds[pick]), pred.crash_reason[pick],
                         tuple(gains), tuple(highs))  # fmt: skip
 
@@ -486,6 +539,22 @@ def _improvement(
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(total > 0, (w * gain).sum(axis=0) / total, -np.inf)
     return np.asarray(out)
+
+
+def _spread(samples: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per configuration: the weighted standard deviation of the particles' values over their
+    weighted mean, among the particles that start it, times the share that start it (what a
+    measurement there would teach the twin; 0 where none starts)."""
+    ok = ~np.isnan(samples)
+    w = weights[:, None] * ok
+    total = w.sum(axis=0)
+    values = np.where(ok, samples, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = (w * values).sum(axis=0) / total
+        var = (w * (values - mean) ** 2).sum(axis=0) / total
+        rel = np.sqrt(var) / np.abs(mean)
+    share = total / weights.sum()
+    return np.asarray(np.where((total > 0) & np.isfinite(rel), rel * share, 0.0))
 
 
 def _upper(values: np.ndarray, weights: np.ndarray, sign: float, q: float = 0.975) -> float | None:
