@@ -191,11 +191,10 @@ def check_twin(
         folder = Path(tmp)
         name = f"twin-check-{seed}"
         study = _run_study(space, engine, oracle, name, seed, trials, folder, sampler=sampler)
-        searched = len(study.trials)
+        searched = _launched(study)
         if survey:
-            study = _run_study(
-                space, engine, oracle, name, seed, searched + survey, folder, sampler="survey"
-            )
+            total = len(study.trials) + survey
+            study = _run_study(space, engine, oracle, name, seed, total, folder, sampler="survey")
         start = time.perf_counter()
         facts = BoxFacts.from_profile(truth.profile)
         twin = twin_of_study(study, facts=facts, errors=errors, seed=seed)
@@ -241,6 +240,18 @@ def check_twin(
     )
     result.coefficients = _coefficients(prior, twin, truth_profile)
     return result
+
+
+def _launched(study: optuna.Study) -> int:
+    """The study's finished trials that launched a server (those the twin is fitted to)."""
+    from optuna.trial import TrialState
+
+    from autotune.study._setup import load_study_space
+    from autotune.study._twin_trials import observation
+
+    space = load_study_space(study, None)
+    states = (TrialState.COMPLETE, TrialState.PRUNED)
+    return sum(observation(space, t) is not None for t in study.get_trials(states=states))
 
 
 def _words(space: SearchSpace, config: ServerConfig) -> str:
