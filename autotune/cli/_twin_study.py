@@ -76,23 +76,29 @@ def twin_of_study(
 ) -> Twin:
     """A twin fitted to every finished, launched trial of ``study``, in trial order (the box's
     ``facts``, else those of :func:`facts_of`)."""
-    from optuna.trial import TrialState
-
     from autotune.study._setup import load_study_space
-    from autotune.study._twin_trials import observation
     from autotune.twin import Twin
 
     space = load_study_space(study, None)
     box = facts or facts_of(space, facts_file)
     twin = Twin.prior(box, space, seed=seed, errors=errors)
+    twin.observe_many(_observations(study, space))
+    return twin
+
+
+def _observations(study: optuna.Study, space: SearchSpace) -> list[tuple[ServerConfig, Any]]:
+    """Each finished trial of ``study`` that launched a server, as the twin observes it, in
+    trial order."""
+    from optuna.trial import TrialState
+
+    from autotune.study._twin_trials import observation
+
     states = (TrialState.COMPLETE, TrialState.PRUNED)
-    seen = [
+    return [
         o
         for trial in study.get_trials(deepcopy=False, states=states)
         if (o := observation(space, trial)) is not None
     ]
-    twin.observe_many(seen)
-    return twin
 
 
 # --- the check -----------------------------------------------------------------------------
@@ -191,7 +197,7 @@ def check_twin(
         folder = Path(tmp)
         name = f"twin-check-{seed}"
         study = _run_study(space, engine, oracle, name, seed, trials, folder, sampler=sampler)
-        searched = _launched(study)
+        searched = len(_observations(study, space))
         if survey:
             total = len(study.trials) + survey
             study = _run_study(space, engine, oracle, name, seed, total, folder, sampler="survey")
@@ -240,18 +246,6 @@ def check_twin(
     )
     result.coefficients = _coefficients(prior, twin, truth_profile)
     return result
-
-
-def _launched(study: optuna.Study) -> int:
-    """The study's finished trials that launched a server (those the twin is fitted to)."""
-    from optuna.trial import TrialState
-
-    from autotune.study._setup import load_study_space
-    from autotune.study._twin_trials import observation
-
-    space = load_study_space(study, None)
-    states = (TrialState.COMPLETE, TrialState.PRUNED)
-    return sum(observation(space, t) is not None for t in study.get_trials(states=states))
 
 
 def _words(space: SearchSpace, config: ServerConfig) -> str:

@@ -153,12 +153,11 @@ class Twin:
         """What the started trials covered, knob by knob (``steps 1-4, top-k 1/4, ...``; None:
         no trial started): a prediction beyond it rests on the prior's physics, not on a
         measurement."""
-        started = [c for c, r in self.observations if str(r.outcome) == "ok"]
-        if not started:
+        resolved = self._started()
+        if not resolved:
             return None
-        resolved = [self.model.resolve(c) for c in started]
         spec = [c for c in resolved if c.speculative]
-        parts = [f"{len(started)} started ({len(started) - len(spec)} without speculation)"]
+        parts = [f"{len(resolved)} started ({len(resolved) - len(spec)} without speculation)"]
 
         def span(name: str, values: Sequence[Any]) -> None:
             known = {v for v in values if v is not None}
@@ -187,7 +186,7 @@ class Twin:
         tokens outside the measured range (``top-k 8``, ``draft tokens 15 > 9``); empty where
         each of them is within. The CUDA-graph batch and the static memory share are left out:
         they change the step time only at the crash edges."""
-        started = [self.model.resolve(c) for c, r in self.observations if str(r.outcome) == "ok"]
+        started = self._started()
         c = self.model.resolve(config)
         spec = [s for s in started if s.speculative]
         out: list[str] = []
@@ -216,6 +215,11 @@ class Twin:
         if self.layout.tp > 1:
             check("all-reduce", c.allreduce, [s.allreduce for s in started], ranged=False)
         return out
+
+    def _started(self) -> list[ServerConfig]:
+        """The configurations of the observed trials that started, as the engine resolves
+        them."""
+        return [self.model.resolve(c) for c, r in self.observations if str(r.outcome) == "ok"]
 
     def set_layout(self, layout: Layout) -> None:
         """Replace the fixed part (an all-reduce mode learned to fail, or to work)."""
