@@ -36,6 +36,15 @@ its twin knows little of top-k values, all-reduce modes and draft-token counts i
 a few survey trials added to the study measure exactly those, and the exported twin
 (``autotune twin export``) then predicts the box there too.
 
+The search also sets the memory knobs at their safest, so its twin knows little of where the
+box's memory runs out. A survey weighs the two unknowns over :data:`PROBES` random
+configurations of the space, in one unit, the expected error of the twin's prediction there:
+the share whose start or crash the twin may misjudge (its particles' crash odds ``p`` give
+``min(p, 1 - p)``) against the spread of the values it predicts. While the first is the larger,
+its proposals probe the crash edge: the least known untried combination with its memory knobs
+where the twin's crash odds are highest, up to :data:`CRASH_ODDS`, so that the start or the
+crash cuts the twin's belief about the memory it lacks near the middle.
+
 Where every combination has been measured or refused, the wrapped sampler proposes as
 :class:`~autotune.study.AutotuneSampler` does.
 """
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -69,6 +79,9 @@ log = logging.getLogger("autotune.study")
 CRASH_ODDS = 0.5
 #: Most untried combinations scored per proposal (a random subset beyond it).
 MAX_CANDIDATES = 600
+#: Values of a settled knob tried where a survey probes the crash edge (the edge is narrow
+#: once the twin has seen a start and a crash near it).
+EDGE_VALUES = 32
 #: Combinations whose settled knobs are chosen on the settled grid, per proposal.
 SHORTLIST = 8
 #: Values of a settled knob tried (evenly spread over its range).
@@ -87,6 +100,9 @@ STOP_GAIN = 0.001
 #: A survey (``aim="survey"``) stops once no untried combination's value is more uncertain than
 #: this share of it (the twin's particles' spread, over those that start it).
 SURVEY_SPREAD = 0.01
+#: Random configurations of the space over which a survey weighs its two unknowns (the crash
+#: edge and the values), drawn once per sampler.
+PROBES = 200
 #: What a twin-guided study aims at: the best configuration, or the twin's knowledge of the box.
 AIMS = ("optimum", "survey")
 
@@ -111,6 +127,9 @@ class TwinPlan:
     #: A survey's view: the widest relative spread of the twin's belief over the shortlisted
     #: untried combinations, counting only those likely to start (None: not a survey).
     spread: float | None = None
+    #: A survey's view of the crash edge: the expected share of the space's configurations
+    #: whose start or crash the twin misjudges (None: not a survey).
+    edge: float | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +180,7 @@ class TwinSampler(AutotuneSampler):
         self.settled = _start_settled(space, self.settled_params)
         self._observed: set[int] = set()
         self._plan: tuple[tuple[int, ...], TwinPlan] | None = None
+        self._probes: list[Any] | None = None
         loads = space.objective.loads
         #: The load points aimed at one by one (none without a load mix).
         self.labels = [p.label for p in loads] if len(loads) > 1 else []
@@ -240,12 +260,17 @@ class TwinSampler(AutotuneSampler):
 
     def _surveyed(self, plan: TwinPlan) -> str | None:
         """Why a survey may stop (None: go on): no untried combination that the twin expects to
-        start is more uncertain than :data:`SURVEY_SPREAD` of its value."""
+        start is more uncertain than :data:`SURVEY_SPREAD` of its value, and the twin may
+        misjudge the start of under that share of the space's configurations."""
         if plan.spread is None or plan.spread > SURVEY_SPREAD:
+            return None
+        if plan.edge is not None and plan.edge > SURVEY_SPREAD:
             return None
         return (
             f"the twin knows every untried combination it expects to start within "
-            f"{SURVEY_SPREAD:.0%} (the widest spread of its belief: {plan.spread:.1%})"
+            f"{SURVEY_SPREAD:.0%} (the widest spread of its belief: {plan.spread:.1%}) and "
+            f"where the box's memory runs out (it may misjudge the start of "
+            f"{plan.edge or 0.0:.1%} of the space)"
         )
 
     def _settled(self, best: float, predicted: float, gain: float | None) -> str | None:
@@ -374,15 +399,18 @@ class TwinSampler(AutotuneSampler):
         sign = 1.0 if self.maximize else -1.0
         first = [{**c, **self.settled} for c in combos]
         pred = self.twin.predict([self.space.config_for(p) for p in first])
+        edge, typical, at_edge = None, None, False
         if self.aim == "survey":
             scores = _spread(pred.samples, pred.weights)[None, :]
+            edge, typical = self._unknowns()
+            at_edge = edge > typical
         else:
             scores = self._scores(pred, bests, given_start=True)
         order = np.argsort(-scores.max(axis=0), kind="stable")
         picked = list(order[:SHORTLIST])
         for row in scores[1:]:  # each load point's own best few
             picked += [i for i in np.argsort(-row, kind="stable")[:2] if i not in picked]
-        chosen = [self._settle(combos[i], bests, sign) for i in picked]
+        chosen = [self._settle(combos[i], bests, sign, edge=at_edge) for i in picked]
         chosen.sort(key=lambda x: -x.score)
         ranked = [(c.params, c.odds, c.reason) for c in chosen]
 
@@ -396,7 +424,7 @@ class TwinSampler(AutotuneSampler):
         predicted, gain = view(0)
         spread = None
         if self.aim == "survey":
-            starting = [c.score for c in chosen if c.odds <= CRASH_ODDS]
+            starting = [c.spread for c in chosen if c.odds <= CRASH_ODDS]
             spread = max(starting) if starting else 0.0
         points = tuple(
             PointPlan(label, bests[k + 1], *view(k + 1)) for k, label in enumerate(self.labels)
@@ -404,11 +432,15 @@ class TwinSampler(AutotuneSampler):
         if self.aim == "survey":
             log.info(
                 "twin survey: least known untried %s (%s), its spread %.1f%%; the widest among "
-                "those likely to start %.1f%%",
+                "those likely to start %.1f%%; over the space, misjudged starts %.1f%% against "
+                "a value spread of %.1f%%%s",
                 _short(ranked[0][0]),
                 f"crash odds {ranked[0][1]:.0%}",
-                100 * chosen[0].score,
+                100 * chosen[0].spread,
                 100 * (spread or 0.0),
+                100 * (edge or 0.0),
+                100 * (typical or 0.0),
+                ": probing the crash edge" if at_edge else "",
             )
         else:
             log.info(
@@ -426,21 +458,48 @@ class TwinSampler(AutotuneSampler):
             if i not in picked:
                 ranked.append(({**combos[i], **self.settled},
                                float(pred.crash_probability[i]), pred.crash_reason[i]))  # fmt: skip
-        return TwinPlan(tuple(ranked), best, predicted, gain, points, spread)
+        return TwinPlan(tuple(ranked), best, predicted, gain, points, spread, edge)
+
+    def _unknowns(self) -> tuple[float, float]:
+        """A survey's two unknowns over :data:`PROBES` random configurations of the space, each
+        as the expected error of the twin's prediction there: the share whose start or crash
+        it may misjudge (``min(p, 1 - p)`` of its crash odds ``p``), and the mean error of the
+        values it predicts (their spread, :func:`_spread`, times ``sqrt(2 / pi)``)."""
+        if self._probes is None:
+            sampled = self.space.sample(PROBES, seed=self.rng.randrange(1 << 30))
+            self._probes = [self.space.config_for(self.repair(p)) for p in sampled]
+        pred = self.twin.predict(self._probes)
+        odds = pred.crash_probability
+        misjudged = float(np.mean(np.minimum(odds, 1.0 - odds)))
+        # a value's expected error is its spread times the mean absolute deviation of a normal
+        spread = float(np.mean(_spread(pred.samples, pred.weights))) * math.sqrt(2.0 / math.pi)
+        return misjudged, spread
 
     def _settle(
-        self, combo: Mapping[str, Any], bests: Sequence[float | None], sign: float
+        self,
+        combo: Mapping[str, Any],
+        bests: Sequence[float | None],
+        sign: float,
+        *,
+        edge: bool = False,
     ) -> _Settled:
         """The settled knobs' safest good value for ``combo``: the lowest crash odds, then
         within 1% of the best expected value there, then the middle of those; with the
         proposal's score (expected improvement, crashes counted as none), crash odds, the
-        twin's reason and, per target, its expected gain and optimistic value."""
-        grid = _settled_grid(self.settled_params)
+        twin's reason and, per target, its expected gain and optimistic value. ``edge`` (a
+        survey probing the crash edge): the highest crash odds up to :data:`CRASH_ODDS`
+        instead, and the score counts the odds of misjudging the start."""
+        grid = _settled_grid(self.settled_params, EDGE_VALUES if edge else SETTLED_VALUES)
         options = [{**combo, **s} for s in grid] or [dict(combo)]
         pred = self.twin.predict([self.space.config_for(p) for p in options])
         odds = pred.crash_probability
         means = pred.mean()
-        safe = np.flatnonzero(odds <= odds.min() + 0.01)
+        allowed = odds <= CRASH_ODDS
+        if edge and allowed.any():
+            top = float(odds[allowed].max())
+            safe = np.flatnonzero(allowed & (odds >= top - 0.01))
+        else:
+            safe = np.flatnonzero(odds <= odds.min() + 0.01)
         known = [i for i in safe if not np.isnan(means[i])]
         if known:
             top = max(sign * means[i] for i in known)
@@ -462,12 +521,14 @@ class TwinSampler(AutotuneSampler):
                 float(_improvement(at.samples, at.weights, bests[k], sign, given_start=False)[0])
             )
             highs.append(_upper(at.samples[:, 0], at.weights, sign))
+        spread = float(_spread(one.samples, one.weights)[0])
         if self.aim == "survey":
-            score = float(_spread(one.samples, one.weights)[0])
+            p = float(odds[pick])
+            score = spread + (min(p, 1.0 - p) if edge else 0.0)
         else:
             score = float(self._shares([np.array([g]) for g in gains], bests).max())
         return _Settled(options[pick], score, float(odds[pick]), pred.crash_reason[pick],
-                        tuple(gains), tuple(highs))  # fmt: skip
+                        tuple(gains), tuple(highs), spread)  # fmt: skip
 
     def combos(self) -> list[dict[str, Any]]:
         """Every speculative combination of the space (the searched knobs but the settled
@@ -509,6 +570,8 @@ class _Settled:
     #: measured, and the optimistic value (None: no particle starts it).
     gains: tuple[float, ...]
     highs: tuple[float | None, ...]
+    #: The relative spread of the twin's belief about its value (:func:`_spread`).
+    spread: float = 0.0
 
 
 def _improvement(
@@ -578,12 +641,13 @@ def _values(param: ParamSpec, continuous: int) -> list[Any]:
     return [param.normalise(v) for v in np.linspace(param.low, param.high, continuous)]
 
 
-def _settled_grid(params: Sequence[ParamSpec]) -> list[dict[str, Any]]:
+def _settled_grid(params: Sequence[ParamSpec], most: int = SETTLED_VALUES) -> list[dict[str, Any]]:
+    """The settled knobs' grid: at most ``most`` values of each, evenly spread."""
     axes = []
     for param in params:
-        values = _values(param, SETTLED_VALUES)
-        if len(values) > SETTLED_VALUES:
-            idx = np.linspace(0, len(values) - 1, SETTLED_VALUES).round().astype(int)
+        values = _values(param, most)
+        if len(values) > most:
+            idx = np.linspace(0, len(values) - 1, most).round().astype(int)
             values = [values[i] for i in sorted(set(idx))]
         axes.append([(param.name, v) for v in values])
     return [dict(items) for items in itertools.product(*axes)] if axes else []

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_BOX = ROOT / "search_spaces" / "eagle3.yaml"
+RTX4090 = ROOT / "search_spaces" / "eagle3-rtx4090.yaml"
 
 
 def test_the_spread_is_the_particles_relative_spread_over_those_that_start() -> None:
@@ -46,13 +47,19 @@ def test_a_survey_stops_once_the_twin_knows_every_untried_combination() -> None:
     why = survey._surveyed(known)
     assert why is not None and "widest spread of its belief: 0.5%" in why
     assert choose_sampler("survey", conditional=False).name == "survey"
+    # the values known, but the twin may misjudge the start of 2% of the space: go on
+    edge = TwinPlan((({}, 0.0, None),), 100.0, 101.0, 0.0, (), SURVEY_SPREAD / 2, 0.02)
+    assert survey._surveyed(edge) is None
+    both = TwinPlan((({}, 0.0, None),), 100.0, 101.0, 0.0, (), SURVEY_SPREAD / 2, 0.004)
+    why = survey._surveyed(both)
+    assert why is not None and "misjudge the start of 0.4% of the space" in why
 
 
 def test_a_survey_makes_the_exported_twin_predict_where_the_search_never_went() -> None:
     """The seed box: the twin's own search measures few top-k values and one all-reduce mode;
     eight survey trials measure the rest, and the export's errors at 20 random feasible
     configurations fall (the twin search alone: median 4.9%, max 11.1%; with the survey:
-    median 1.7%, max 3.8%)."""
+    median 1.8%, max 4.9%)."""
     wrong = dict(DEFAULT_ERRORS)  # the prior's centre off, as `autotune twin check` makes it
     alone = check_twin(str(SEED_BOX), sampler="twin", seed=0, errors=wrong)
     surveyed = check_twin(str(SEED_BOX), sampler="twin", seed=0, errors=wrong, survey=8)
@@ -64,6 +71,22 @@ def test_a_survey_makes_the_exported_twin_predict_where_the_search_never_went() 
     assert after.max() < 0.06 < before.max()
     lines = "\n".join(surveyed.lines())
     assert "a study of" in lines and "the last 8 a survey" in lines
+
+
+def test_a_survey_probes_the_crash_edge_the_search_never_went_near() -> None:
+    """RTX 4090: the twin's search sets the memory knobs at their safest, so its twin knows
+    only a bound of the activation workspace and predicts a CUDA-graph crash at a random
+    configuration that starts (a 100% error). The survey sees that the twin may misjudge the
+    start of more of the space than its values' spread and probes the edge, at the memory
+    knobs where the twin's crash odds are near even; afterwards no start is misjudged and
+    every error is under 5%."""
+    wrong = dict(DEFAULT_ERRORS)
+    alone = check_twin(str(RTX4090), sampler="twin", seed=0, errors=wrong)
+    surveyed = check_twin(str(RTX4090), sampler="twin", seed=0, errors=wrong, survey=8)
+    assert max(abs(e) for e in alone.errors) == pytest.approx(1.0)  # a start predicted to crash
+    after = np.abs(surveyed.errors)
+    assert surveyed.surveyed == 8
+    assert after.max() < 0.05
 
 
 def _params(lab: StudyLab, name: str) -> list[dict[str, Any]]:
