@@ -40,10 +40,10 @@ The search also sets the memory knobs at their safest, so its twin knows little 
 box's memory runs out. A survey weighs the two unknowns over :data:`PROBES` random
 configurations of the space, in one unit, the expected error of the twin's prediction there:
 the share whose start or crash the twin may misjudge (its particles' crash odds ``p`` give
-``min(p, 1 - p)``) against the spread of the values it predicts. While the first is the larger,
-its proposals probe the crash edge: the least known untried combination with its memory knobs
-where the twin's crash odds are highest, up to :data:`CRASH_ODDS`, so that the start or the
-crash cuts the twin's belief about the memory it lacks near the middle.
+``min(p, 1 - p)``) against the mean error of the values it predicts (their spread). While the
+first is the larger, its proposals probe the crash edge: the least known untried combination
+with its memory knobs where the twin's crash odds are highest, up to :data:`CRASH_ODDS`, so that
+the start or the crash cuts the twin's belief about the memory it lacks near the middle.
 
 Where every combination has been measured or refused, the wrapped sampler proposes as
 :class:`~autotune.study.AutotuneSampler` does.
@@ -432,8 +432,8 @@ class TwinSampler(AutotuneSampler):
         if self.aim == "survey":
             log.info(
                 "twin survey: least known untried %s (%s), its spread %.1f%%; the widest among "
-                "those likely to start %.1f%%; over the space, misjudged starts %.1f%% against "
-                "a value spread of %.1f%%%s",
+                "those likely to start %.1f%%; over the space, starts it may misjudge %.1f%% "
+                "against a mean error of its values of %.1f%%%s",
                 _short(ranked[0][0]),
                 f"crash odds {ranked[0][1]:.0%}",
                 100 * chosen[0].spread,
