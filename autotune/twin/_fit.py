@@ -15,7 +15,9 @@ the measurements that pin it:
 * **step time**: every load point's throughput, against the simulator's answer at the current
   centre times the ratio of each candidate's steady-state rate (:mod:`autotune.twin._proxy`), a
   Gauss-Newton fit of the efficiencies, overheads and each all-reduce mode's alpha and per-KiB
-  cost, re-centred on the exact answer after each round, with a Laplace spread;
+  cost, re-centred on the exact answer after each round, with a Laplace spread; the prior's
+  centre for the weights one draft forward reads keeps its share of the draft's weights per GPU
+  as the memory block has fitted them;
 * **start-up**: the seconds to ready (or to the crash), linear in the start-up scale and the
   CUDA-graph capture time per batch size;
 * **the activation workspace**, which no line prints: every start that captured its graphs (or
@@ -84,6 +86,7 @@ class Fitter:
         self.host = host
         self.prior_z = np.zeros(0)
         self.prior_sd = np.zeros(0)
+        self.step_prior = np.zeros(0)
         self.base_layout: Layout | None = None
 
     def set_prior(self, centre: np.ndarray, spread: np.ndarray) -> None:
@@ -102,6 +105,7 @@ class Fitter:
         sd = self.prior_sd.copy()
         self.blocks: list[tuple[list[int], np.ndarray]] = []
         self._memory(obs, layout, mean, sd)
+        self.step_prior = self._draft_step_prior(layout, mean)
         self._activation(obs, layout, mean, sd)
         self._acceptance(obs, layout, mean, sd)
         self._startup(obs, layout, mean, sd)
@@ -187,6 +191,18 @@ class Fitter:
         if not rows:
             return
         linear_update(layout, rows, mean, sd, MEMORY_SD)
+
+    def _draft_step_prior(self, layout: Layout, mean: np.ndarray) -> np.ndarray:
+        """The prior's centres for the step-time fit: the weights one draft forward reads
+        follow the draft's weights per GPU, which its memory line pins (the prior guessed them
+        from the head's size alone); everything else as the prior has it."""
+        prior = self.prior_z.copy()
+        if "draft_step_gib" in layout.names and "draft_weights_gib" in layout.names:
+            w, step = layout.index("draft_weights_gib"), layout.index("draft_step_gib")
+            shift = mean[w] - self.prior_z[w]  # both on a log scale: the ratio is kept
+            prior[step] += shift
+            mean[step] += shift
+        return prior
 
     # --- the activation workspace, known only by which starts crashed --------------------
     def _activation(
@@ -355,7 +371,7 @@ class Fitter:
                     a = None if acc is None else np.full(len(zb), acc)
                     pred = ex * proxy.rate(v, c, load, a) / b
                     out.append((np.log(rate) - np.log(pred)) / RATE_SD)
-                prior = (zb - self.prior_z[idx]) / self.prior_sd[idx]
+                prior = (zb - self.step_prior[idx]) / self.prior_sd[idx]
                 res = np.concatenate([np.array(out).reshape(-1, len(zb)).T, prior], axis=1)
                 return res if zs.ndim == 2 else res[0]
 

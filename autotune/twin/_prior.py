@@ -421,8 +421,11 @@ def build_layout(facts: BoxFacts, tp: int, workloads: Sequence[WorkloadSpec]) ->
             ),
             Coefficient(
                 "draft_step_gib",
+                # a share of the head's weights per GPU (the fit keeps it to the weights the
+                # memory line gives); how much of it one forward reads depends on what is
+                # sharded and what replicated, which no fact before a start tells: a wide spread
                 per_gpu * 0.4,
-                0.5,
+                1.0,
                 0.005,
                 50.0,
                 what="weights one draft forward reads per GPU (GiB)",

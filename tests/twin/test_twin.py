@@ -162,6 +162,31 @@ def test_memory_lines_pin_the_memory_coefficients() -> None:
     assert graph == pytest.approx(record.extra["memory"]["graph_gib"], abs=0.02)
 
 
+def test_the_draft_step_follows_the_draft_weights_its_memory_line_pins() -> None:
+    """Llama-3.1-70B at TP 8: the prior guesses the draft head's weights per GPU from its size
+    (twice the truth: it cannot know what is sharded), and the weights one draft forward reads
+    as a share of them; once a start's memory line gives the weights, the draft step keeps that
+    share of the measured weights, before any throughput is seen."""
+    space = load_space(H100X8)
+    truth = load_profile(space.engine.sim.profile)
+    model = SimModel(truth)
+    twin = Twin.prior(BoxFacts.from_profile(truth), space)
+    config = space.config_for({**space.sample(1, seed=3)[0], "mem_fraction_static": 0.85})
+    config = config.replace(allreduce="nccl")
+    record = trial(model, space, config, random.Random(0))
+    assert record.outcome == "ok"
+    record.metrics["output_tok_s"] = None  # the memory lines alone
+    before = twin.centre_values()
+    twin.observe(config, record)
+    after, true = twin.centre_values(), truth_values(twin, truth)
+    assert after["draft_weights_gib"] == pytest.approx(true["draft_weights_gib"], abs=0.015)
+    assert after["draft_weights_gib"] < 0.6 * before["draft_weights_gib"]
+    share = before["draft_step_gib"] / before["draft_weights_gib"]
+    assert after["draft_step_gib"] / after["draft_weights_gib"] == pytest.approx(share, rel=0.03)
+    step_error = abs(after["draft_step_gib"] - true["draft_step_gib"])
+    assert step_error < 0.25 * abs(before["draft_step_gib"] - true["draft_step_gib"])
+
+
 def test_accept_lengths_pin_the_draft_acceptance() -> None:
     space = load_space(H100)
     truth = load_profile(space.engine.sim.profile)
