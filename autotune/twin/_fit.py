@@ -86,7 +86,6 @@ class Fitter:
         self.host = host
         self.prior_z = np.zeros(0)
         self.prior_sd = np.zeros(0)
-        self.step_prior = np.zeros(0)
         self.base_layout: Layout | None = None
 
     def set_prior(self, centre: np.ndarray, spread: np.ndarray) -> None:
@@ -105,12 +104,12 @@ class Fitter:
         sd = self.prior_sd.copy()
         self.blocks: list[tuple[list[int], np.ndarray]] = []
         self._memory(obs, layout, mean, sd)
-        self.step_prior = self._draft_step_prior(layout, mean)
+        step_prior = self._draft_step_prior(layout, mean)
         self._activation(obs, layout, mean, sd)
         self._acceptance(obs, layout, mean, sd)
         self._startup(obs, layout, mean, sd)
         host.set_particles(np.tile(mean, (len(host.z), 1)))
-        self._step_time(obs, layout, mean, sd)
+        self._step_time(obs, layout, mean, sd, step_prior)
         z = self._draw(mean, sd, len(host.z))
         z, centre = self._cut(obs, layout, z, sd)
         host.set_particles(z, centre=centre)
@@ -195,7 +194,8 @@ class Fitter:
     def _draft_step_prior(self, layout: Layout, mean: np.ndarray) -> np.ndarray:
         """The prior's centres for the step-time fit: the weights one draft forward reads
         follow the draft's weights per GPU, which its memory line pins (the prior guessed them
-        from the head's size alone); everything else as the prior has it."""
+        from the head's size alone); everything else as the prior has it. The fit's ``mean``
+        for the draft step moves with its centre."""
         prior = self.prior_z.copy()
         if "draft_step_gib" in layout.names and "draft_weights_gib" in layout.names:
             w, step = layout.index("draft_weights_gib"), layout.index("draft_step_gib")
@@ -316,7 +316,9 @@ class Fitter:
         layout: Layout,
         mean: np.ndarray,
         sd: np.ndarray,
+        step_prior: np.ndarray,
     ) -> None:
+        """Fit the step-time block; ``step_prior``: the prior's centres it is held to."""
         host = self.host
         data = []
         for config, record in obs:
@@ -371,7 +373,7 @@ class Fitter:
                     a = None if acc is None else np.full(len(zb), acc)
                     pred = ex * proxy.rate(v, c, load, a) / b
                     out.append((np.log(rate) - np.log(pred)) / RATE_SD)
-                prior = (zb - self.step_prior[idx]) / self.prior_sd[idx]
+                prior = (zb - step_prior[idx]) / self.prior_sd[idx]
                 res = np.concatenate([np.array(out).reshape(-1, len(zb)).T, prior], axis=1)
                 return res if zs.ndim == 2 else res[0]
 
