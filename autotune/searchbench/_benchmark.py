@@ -69,6 +69,7 @@ class SearchBenchResult:
             "enqueued": list(self.enqueued),
             "twin_errors": dict(self.twin_errors),
             "strategies": {s.strategy: s.to_dict() for s in self.summaries},
+            "studies": [s.to_dict() for s in self.scores],
             **(
                 {
                     "load_winners": [
@@ -232,6 +233,7 @@ def format_table(result: SearchBenchResult) -> str:
             f"{s.median_gpu_hours:>8.1f}"
             + (f" {f'{s.loads_within_98}/{s.seeds}':>9}" if loads else "")
         )
+    lines += _misses(result)
     twin = any(s.strategy.removesuffix(BARE) in ("twin", "default") for s in result.summaries)
     if twin:
         wrong = ", ".join(f"{k} x{v:g}" for k, v in result.twin_errors) or "none"
@@ -257,6 +259,26 @@ def format_table(result: SearchBenchResult) -> str:
         lines += _load_misses(result)
     lines += _confirmation_table(result)
     return "\n".join(lines)
+
+
+def _misses(result: SearchBenchResult) -> list[str]:
+    """Per strategy that reached 98% in some seeds but not all, the seeds that never did: the
+    best measured configuration's share of the optimum where each ended, after how many
+    trials, and what its confirmation concluded."""
+    lines = []
+    for s in result.summaries:
+        if s.reached_98 in (0.0, 1.0):
+            continue
+        missed = [
+            f"seed {score.seed} ({score.history[-1] if score.history else 0.0:.1%} after "
+            f"{len(score.history)} trials"
+            + (f", verdict {score.verdict}" if score.verdict is not None else "")
+            + ")"
+            for score in result.scores
+            if score.strategy == s.strategy and score.trials_to[0.98] is None
+        ]
+        lines.append(f"  {s.strategy} never reached 98% in: " + "; ".join(missed))
+    return lines
 
 
 def _load_misses(result: SearchBenchResult) -> list[str]:

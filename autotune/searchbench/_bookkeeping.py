@@ -182,6 +182,30 @@ class StudyScore:
     #: The confirmed choice meets the space's limits at noise 0 (None: no limits, or no choice).
     confirmed_feasible: bool | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """The study's row in the benchmark's JSON: where it reached 95% and 98%, where it
+        ended, what it cost and what its confirmation concluded."""
+
+        def rounded(v: float | None, digits: int) -> float | None:
+            return None if v is None else round(v, digits)
+
+        return {
+            "strategy": self.strategy,
+            "seed": self.seed,
+            "trials": len(self.history),
+            "trials_to_95": self.trials_to.get(0.95),
+            "trials_to_98": self.trials_to.get(0.98),
+            "gpu_hours_to_98": rounded(self.gpu_hours_to.get(0.98), 3),
+            "final": rounded(self.history[-1] if self.history else 0.0, 4),
+            "gpu_hours": round(self.gpu_hours, 3),
+            "crash_share": round(self.crash_share, 4),
+            "crashes": self.crashes,
+            "refused": self.refused,
+            "verdict": self.verdict,
+            "confirmed": rounded(self.confirmed, 4),
+            "confirm_gpu_hours": round(self.confirm_gpu_hours, 3),
+        }
+
 
 def load_winner_shares(
     trace: StudyTrace, optima: Mapping[str, float], *, maximize: bool

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -10,8 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from autotune.searchbench import Oracle, StudyTrace, TrialTrace, score_study, summarise
+from autotune.searchbench import (
+    Optimum,
+    Oracle,
+    SearchBenchResult,
+    StudyTrace,
+    TrialTrace,
+    format_table,
+    score_study,
+    summarise,
+)
 from autotune.searchbench._benchmark import prepare
+from autotune.searchbench._bookkeeping import ConfirmTrace
 from autotune.searchbench._oracle import STOP_S
 
 
@@ -145,3 +156,33 @@ def test_the_confirmed_choice_is_judged_at_noise_0_and_its_gpu_hours_count() -> 
     assert summary.verdicts == {"noise": 1, "pays": 2}
     assert summary.wrong_pays == 1
     assert summary.confirmed_98 == pytest.approx(2 / 3)
+
+
+def test_each_study_has_a_row_and_the_seeds_that_missed_are_named() -> None:
+    """The JSON keeps one row per study (where it reached 98%, where it ended, its verdict);
+    the table names the seeds of a strategy that never reached 98% when others did."""
+
+    def study(seed: int, *values: float, verdict: str = "pays") -> StudyTrace:
+        trials = [TrialTrace(0, "baseline", "ok", 90.0, 90.0, 600.0)]
+        trials += [TrialTrace(i + 1, "search", "ok", v, v, 600.0) for i, v in enumerate(values)]
+        return StudyTrace("default", seed, tuple(trials), ConfirmTrace(verdict, 1, 1, 1.0, 4))
+
+    traces = [study(0, 95.0, 99.0), study(1, 94.0, 96.5, 97.0, verdict="noise")]
+    scores = tuple(score_study(t, 100.0, 8, maximize=True) for t in traces)
+    result = SearchBenchResult(
+        "box", "space.yaml", 40, 2, Optimum(100.0, {}, 10), (summarise(scores),), scores, 1.0
+    )
+    rows = result.to_dict()["studies"]
+    assert [(r["strategy"], r["seed"], r["trials"]) for r in rows] == [
+        ("default", 0, 3),
+        ("default", 1, 4),
+    ]
+    assert [r["trials_to_98"] for r in rows] == [3, None]
+    assert [r["final"] for r in rows] == [0.99, 0.97]
+    assert [r["verdict"] for r in rows] == ["pays", "noise"]
+    table = format_table(result)
+    assert "default never reached 98% in: seed 1 (97.0% after 4 trials, verdict noise)" in table
+    assert "seed 0 (" not in table
+    # a strategy that reached 98% in every seed (or in none) gets no such line
+    everyone = dataclasses.replace(result, summaries=(summarise(scores[:1]),), scores=scores[:1])
+    assert "never reached" not in format_table(everyone)
