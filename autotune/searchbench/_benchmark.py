@@ -262,12 +262,13 @@ def format_table(result: SearchBenchResult) -> str:
 
 
 def _misses(result: SearchBenchResult) -> list[str]:
-    """Per strategy that reached 98% in some seeds but not all, the seeds that never did: the
-    best measured configuration's share of the optimum where each ended, after how many
-    trials, and what its confirmation concluded."""
+    """Per strategy that reached 98% in at least half of its seeds but not in all, the seeds
+    that never did (the exceptions worth a look): the best measured configuration's share of
+    the optimum where each ended, after how many trials, and what its confirmation
+    concluded."""
     lines = []
     for s in result.summaries:
-        if s.reached_98 in (0.0, 1.0):
+        if s.reached_98 < 0.5 or s.reached_98 == 1.0:
             continue
         missed = [
             f"seed {score.seed} ({score.history[-1] if score.history else 0.0:.1%} after "
