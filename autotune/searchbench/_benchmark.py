@@ -271,7 +271,7 @@ def _misses(result: SearchBenchResult) -> list[str]:
         if s.reached_98 < 0.5 or s.reached_98 == 1.0:
             continue
         missed = [
-            f"seed {score.seed} ({score.history[-1] if score.history else 0.0:.1%} after "
+            f"seed {score.seed} ({score.final:.1%} after "
             f"{len(score.history)} trials"
             + (f", verdict {score.verdict}" if score.verdict is not None else "")
             + ")"

@@ -182,6 +182,11 @@ class StudyScore:
     #: The confirmed choice meets the space's limits at noise 0 (None: no limits, or no choice).
     confirmed_feasible: bool | None = None
 
+    @property
+    def final(self) -> float:
+        """The share of the optimum of the best measured configuration after the last trial."""
+        return self.history[-1] if self.history else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         """The study's row in the benchmark's JSON: where it reached 95% and 98%, where it
         ended, what it cost and what its confirmation concluded."""
@@ -196,7 +201,7 @@ class StudyScore:
             "trials_to_95": self.trials_to.get(0.95),
             "trials_to_98": self.trials_to.get(0.98),
             "gpu_hours_to_98": rounded(self.gpu_hours_to.get(0.98), 3),
-            "final": rounded(self.history[-1] if self.history else 0.0, 4),
+            "final": round(self.final, 4),
             "gpu_hours": round(self.gpu_hours, 3),
             "crash_share": round(self.crash_share, 4),
             "crashes": self.crashes,
@@ -382,7 +387,7 @@ def summarise(scores: Sequence[StudyScore]) -> StrategySummary:
         median_gpu_hours_to_98=median_or_none([s.gpu_hours_to[0.98] for s in scores]),
         reached_98=sum(s.trials_to[0.98] is not None for s in scores) / len(scores),
         median_crash_share=statistics.median(s.crash_share for s in scores),
-        median_final=statistics.median(s.history[-1] if s.history else 0.0 for s in scores),
+        median_final=statistics.median(s.final for s in scores),
         median_gpu_hours=statistics.median(s.gpu_hours for s in scores),
         final_feasible=sum(s.final_feasible is True for s in scores),
         violation_share_first_half=statistics.fmean(s.violation_shares()[0] for s in scores),
