@@ -38,9 +38,11 @@ a few survey trials added to the study measure exactly those, and the exported t
 
 The search also sets the memory knobs at their safest, so its twin knows little of where the
 box's memory runs out. A survey weighs the two unknowns over :data:`PROBES` random
-configurations of the space, in one unit, the expected error of the twin's prediction there:
-the share whose start or crash the twin may misjudge (its particles' crash odds ``p`` give
-``min(p, 1 - p)``) against the mean error of the values it predicts (their spread). While the
+configurations of the space, in one unit, the expected error of the twin's prediction there,
+each over the configurations that may start (most of a space's random configurations crash
+for certain, and a share diluted by them would understate what a user meets): the share whose
+start or crash the twin may misjudge (its particles' crash odds ``p`` give ``min(p, 1 - p)``)
+against the mean error of the values it predicts (their spread). While the
 first is the larger, its proposals probe the crash edge: the least known untried combination
 with its memory knobs where the twin's crash odds are highest, up to :data:`CRASH_ODDS`, so that
 the start or the crash cuts the twin's belief about the memory it lacks near the middle.
@@ -128,7 +130,7 @@ class TwinPlan:
     #: untried combinations, counting only those likely to start (None: not a survey).
     spread: float | None = None
     #: A survey's view of the crash edge: the expected share of the space's configurations
-    #: whose start or crash the twin misjudges (None: not a survey).
+    #: that may start whose start or crash the twin misjudges (None: not a survey).
     edge: float | None = None
 
 
@@ -270,7 +272,7 @@ class TwinSampler(AutotuneSampler):
             f"the twin knows every untried combination it expects to start within "
             f"{SURVEY_SPREAD:.0%} (the widest spread of its belief: {plan.spread:.1%}) and "
             f"where the box's memory runs out (it may misjudge the start of "
-            f"{plan.edge or 0.0:.1%} of the space)"
+            f"{plan.edge or 0.0:.1%} of the configurations that may start)"
         )
 
     def _settled(self, best: float, predicted: float, gain: float | None) -> str | None:
@@ -432,8 +434,8 @@ class TwinSampler(AutotuneSampler):
         if self.aim == "survey":
             log.info(
                 "twin survey: least known untried %s (%s), its spread %.1f%%; the widest among "
-                "those likely to start %.1f%%; over the space, starts it may misjudge %.1f%% "
-                "against a mean error of its values of %.1f%%%s",
+                "those likely to start %.1f%%; of the space's configurations that may start, it "
+                "may misjudge the start of %.1f%% against a mean error of its values of %.1f%%%s",
                 _short(ranked[0][0]),
                 f"crash odds {ranked[0][1]:.0%}",
                 100 * chosen[0].spread,
@@ -462,18 +464,24 @@ class TwinSampler(AutotuneSampler):
 
     def _unknowns(self) -> tuple[float, float]:
         """A survey's two unknowns over :data:`PROBES` random configurations of the space, each
-        as the expected error of the twin's prediction there: the share whose start or crash
-        it may misjudge (``min(p, 1 - p)`` of its crash odds ``p``), and the mean error of the
-        values it predicts (their spread, :func:`_spread`, times ``sqrt(2 / pi)``)."""
+        as the expected error of the twin's prediction there, over those that may start (each
+        probe weighed by its odds ``1 - p`` of starting; a certain crash counts for none): the
+        share whose start or crash it may misjudge (``min(p, 1 - p)`` of its crash odds
+        ``p``), and the mean error of the values it predicts (their spread, :func:`_spread`,
+        times ``sqrt(2 / pi)``). Both are 0 where the twin expects no probe to start."""
         if self._probes is None:
             sampled = self.space.sample(PROBES, seed=self.rng.randrange(1 << 30))
             self._probes = [self.space.config_for(self.repair(p)) for p in sampled]
         pred = self.twin.predict(self._probes)
         odds = pred.crash_probability
-        misjudged = float(np.mean(np.minimum(odds, 1.0 - odds)))
-        # a value's expected error is its spread times the mean absolute deviation of a normal
-        spread = float(np.mean(_spread(pred.samples, pred.weights))) * math.sqrt(2.0 / math.pi)
-        return misjudged, spread
+        starts = float(np.sum(1.0 - odds))
+        if starts <= 0.0:
+            return 0.0, 0.0
+        misjudged = float(np.sum(np.minimum(odds, 1.0 - odds))) / starts
+        # a value's expected error is its spread times the mean absolute deviation of a normal;
+        # _spread already weighs each probe by the share of particles that start it
+        spread = float(np.sum(_spread(pred.samples, pred.weights))) / starts
+        return misjudged, spread * math.sqrt(2.0 / math.pi)
 
     def _settle(
         self,

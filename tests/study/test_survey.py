@@ -13,6 +13,7 @@ import pytest
 from autotune.cli._twin_study import DEFAULT_ERRORS, check_twin
 from autotune.study import choose_sampler
 from autotune.study._twin_sampler import SURVEY_SPREAD, TwinPlan, TwinSampler, _spread
+from autotune.twin._prediction import TwinPrediction
 
 from ._lab import CONFIGS, StudyLab, no_traceback
 
@@ -52,7 +53,40 @@ def test_a_survey_stops_once_the_twin_knows_every_untried_combination() -> None:
     assert survey._surveyed(edge) is None
     both = TwinPlan((({}, 0.0, None),), 100.0, 101.0, 0.0, (), SURVEY_SPREAD / 2, 0.004)
     why = survey._surveyed(both)
-    assert why is not None and "misjudge the start of 0.4% of the space" in why
+    assert why is not None and "misjudge the start of 0.4% of the configurations that" in why
+
+
+class _Probed:
+    """A twin's prediction at four probes, as :meth:`TwinSampler._unknowns` reads it."""
+
+    def __init__(self, odds: list[float], samples: np.ndarray) -> None:
+        self.odds, self.samples = np.array(odds), samples
+
+    def predict(self, configs: list[Any]) -> TwinPrediction:
+        assert len(configs) == len(self.odds)
+        weights = np.full(len(self.samples), 1.0 / len(self.samples))
+        return TwinPrediction(self.samples, weights, self.odds, [None] * len(self.odds))
+
+
+def test_the_survey_weighs_its_unknowns_over_the_configurations_that_may_start() -> None:
+    """Two of four probes crash for certain; they count for none. Of the two that may start,
+    one is an even bet (0.5 misjudged, 0.5 expected to start), one starts for sure: 0.5 of the
+    1.5 expected starts is misjudged (not an eighth, as over all four), and the values' spread
+    is over those 1.5 alone."""
+    nan = np.nan
+    samples = np.array(
+        [[nan, nan, 100.0, 100.0], [nan, nan, 120.0, 100.0],
+         [nan, nan, nan, 100.0], [nan, nan, nan, 100.0]]
+    )  # fmt: skip
+    survey = TwinSampler.__new__(TwinSampler)
+    survey._probes = [object()] * 4
+    survey.twin = _Probed([1.0, 1.0, 0.5, 0.0], samples)  # type: ignore[assignment]
+    misjudged, typical = survey._unknowns()
+    assert misjudged == pytest.approx(1 / 3)
+    # the even bet's spread: std 10 over mean 110, times the half that start it, over 1.5 starts
+    assert typical == pytest.approx(10 / 110 * 0.5 / 1.5 * np.sqrt(2 / np.pi))
+    survey.twin = _Probed([1.0, 1.0, 1.0, 1.0], samples)  # type: ignore[assignment]
+    assert survey._unknowns() == (0.0, 0.0)
 
 
 def test_a_survey_makes_the_exported_twin_predict_where_the_search_never_went() -> None:
