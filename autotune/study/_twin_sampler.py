@@ -38,14 +38,15 @@ a few survey trials added to the study measure exactly those, and the exported t
 
 The search also sets the memory knobs at their safest, so its twin knows little of where the
 box's memory runs out. A survey weighs the two unknowns over :data:`PROBES` random
-configurations of the space, in one unit, the expected error of the twin's prediction there,
-each over the configurations that may start (most of a space's random configurations crash
-for certain, and a share diluted by them would understate what a user meets): the share whose
-start or crash the twin may misjudge (its particles' crash odds ``p`` give ``min(p, 1 - p)``)
-against the mean error of the values it predicts (their spread). While the
-first is the larger, its proposals probe the crash edge: the least known untried combination
-with its memory knobs where the twin's crash odds are highest, up to :data:`CRASH_ODDS`, so that
-the start or the crash cuts the twin's belief about the memory it lacks near the middle.
+configurations of the space that the twin does not hold to crash for certain (most random
+configurations of some spaces do; a share of a few percent over the rest would rest on one
+or two probes), in one unit, the expected error of the twin's prediction there, each over the
+configurations that may start (a certain crash counts for none): the share whose start or
+crash the twin may misjudge (its particles' crash odds ``p`` give ``min(p, 1 - p)``) against
+the mean error of the values it predicts (their spread). While the first is the larger, its
+proposals probe the crash edge: the least known untried combination with its memory knobs
+where the twin's crash odds are highest, up to :data:`CRASH_ODDS`, so that the start or the
+crash cuts the twin's belief about the memory it lacks near the middle.
 
 Where every combination has been measured or refused, the wrapped sampler proposes as
 :class:`~autotune.study.AutotuneSampler` does.
@@ -103,8 +104,13 @@ STOP_GAIN = 0.001
 #: this share of it (the twin's particles' spread, over those that start it).
 SURVEY_SPREAD = 0.01
 #: Random configurations of the space over which a survey weighs its two unknowns (the crash
-#: edge and the values), drawn once per sampler.
+#: edge and the values), drawn once per sampler among those the twin does not hold to crash
+#: for certain.
 PROBES = 200
+#: Crash odds at which the twin holds a configuration to crash for certain (no survey probe).
+SURE_CRASH = 0.99
+#: Most batches of :data:`PROBES` random configurations drawn to find the survey's probes.
+PROBE_BATCHES = 20
 #: What a twin-guided study aims at: the best configuration, or the twin's knowledge of the box.
 AIMS = ("optimum", "survey")
 
@@ -470,8 +476,7 @@ class TwinSampler(AutotuneSampler):
         ``p``), and the mean error of the values it predicts (their spread, :func:`_spread`,
         times ``sqrt(2 / pi)``). Both are 0 where the twin expects no probe to start."""
         if self._probes is None:
-            sampled = self.space.sample(PROBES, seed=self.rng.randrange(1 << 30))
-            self._probes = [self.space.config_for(self.repair(p)) for p in sampled]
+            self._probes = self._draw_probes()
         pred = self.twin.predict(self._probes)
         odds = pred.crash_probability
         starts = float(np.sum(1.0 - odds))
@@ -482,6 +487,22 @@ class TwinSampler(AutotuneSampler):
         # _spread already weighs each probe by the share of particles that start it
         spread = float(np.sum(_spread(pred.samples, pred.weights))) / starts
         return misjudged, spread * math.sqrt(2.0 / math.pi)
+
+    def _draw_probes(self) -> list[Any]:
+        """:data:`PROBES` random configurations of the space that the twin does not yet hold
+        to crash for certain (crash odds under :data:`SURE_CRASH`), drawn in batches of that
+        many, at most :data:`PROBE_BATCHES` of them. Most random configurations of some spaces
+        crash for certain; over the few left, a share of a few percent would rest on one or two
+        probes."""
+        kept: list[Any] = []
+        for _ in range(PROBE_BATCHES):
+            sampled = self.space.sample(PROBES, seed=self.rng.randrange(1 << 30))
+            batch = [self.space.config_for(self.repair(p)) for p in sampled]
+            odds = self.twin.predict(batch).crash_probability
+            kept += [c for c, p in zip(batch, odds, strict=True) if p < SURE_CRASH]
+            if len(kept) >= PROBES:
+                return kept[:PROBES]
+        return kept or batch
 
     def _settle(
         self,
