@@ -264,8 +264,9 @@ def format_table(result: SearchBenchResult) -> str:
 def _misses(result: SearchBenchResult) -> list[str]:
     """Per strategy that reached 98% in at least half of its seeds but not in all, the seeds
     that never did (the exceptions worth a look): the best measured configuration's share of
-    the optimum where each ended, after how many trials, and what its confirmation
-    concluded."""
+    the optimum where each ended, after how many trials, what its confirmation concluded, and
+    the trial that measured a configuration within 98% where one did (the search found it; its
+    measurement fell below a luckier one's)."""
     lines = []
     for s in result.summaries:
         if s.reached_98 < 0.5 or s.reached_98 == 1.0:
@@ -274,6 +275,11 @@ def _misses(result: SearchBenchResult) -> list[str]:
             f"seed {score.seed} ({score.final:.1%} after "
             f"{len(score.history)} trials"
             + (f", verdict {score.verdict}" if score.verdict is not None else "")
+            + (
+                f"; it measured one within 98% in {score.found_98} trials, lower than a luckier one"
+                if score.found_98 is not None
+                else ""
+            )
             + ")"
             for score in result.scores
             if score.strategy == s.strategy and score.trials_to[0.98] is None

@@ -10,7 +10,10 @@ at noise 0, and the share of its trials measured over a limit in its first and i
 (the sampler should learn the region beyond a limit after its first violations). A study
 "reaches" a share of the optimum at the first trial whose incumbent's true value is at least
 that share; trials and GPU hours are counted up to and including that trial (the baseline trial
-counts: the tuner always runs it).
+counts: the tuner always runs it). Besides, a study books the first trial that measured a
+configuration within 98% of the optimum at all: where it is earlier than the reach, or the study
+never reached 98%, the search had found such a configuration and its noisy measurement fell
+below a luckier one's (the measured best, not the search, was wrong).
 
 With a load mix, each load point's winner at the end of the study (the configuration measured
 best at that point) is judged by its true value at that point against the point's own optimum.
@@ -153,6 +156,9 @@ class StudyScore:
     halves: tuple[int, int] = (0, 0)
     #: The final incumbent meets every constraint at noise 0 (None: no incumbent).
     final_feasible: bool | None = None
+    #: The first trial (1-based) that measured a configuration within 98% of the optimum
+    #: within the space's limits, whether or not its measurement led (None: none did).
+    found_98: int | None = None
 
     def violation_shares(self) -> tuple[float, float]:
         """The share of trials measured over a limit in each half of the study."""
@@ -200,6 +206,7 @@ class StudyScore:
             "trials": len(self.history),
             "trials_to_95": self.trials_to.get(0.95),
             "trials_to_98": self.trials_to.get(0.98),
+            "trials_to_measure_98": self.found_98,
             "gpu_hours_to_98": rounded(self.gpu_hours_to.get(0.98), 3),
             "final": round(self.final, 4),
             "gpu_hours": round(self.gpu_hours, 3),
@@ -258,6 +265,7 @@ def score_study(
     seconds = 0.0
     crash_seconds = 0.0
     crashes = refused = 0
+    found_98: int | None = None
     trials_to: dict[float, int | None] = dict.fromkeys(SHARES)
     hours_to: dict[float, float | None] = dict.fromkeys(SHARES)
     for i, trial in enumerate(trace.trials):
@@ -269,13 +277,15 @@ def score_study(
             crash_seconds += trial.seconds
         within = not trial.violated
         if trial.role != "baseline" and trial.measured is not None and trial.true_value and within:
+            mine = trial.true_value / optimum if maximize else optimum / trial.true_value
+            if found_98 is None and mine >= 0.98 - 1e-12:
+                found_98 = i + 1
             better = best_measured is None or (
                 trial.measured > best_measured if maximize else trial.measured < best_measured
             )
             if better:
                 best_measured = trial.measured
-                share = trial.true_value / optimum if maximize else optimum / trial.true_value
-                incumbent_true = share
+                incumbent_true = mine
                 final_feasible = trial.true_feasible
         history.append(incumbent_true)
         for share in SHARES:
@@ -300,6 +310,7 @@ def score_study(
         (sum(t.violated for t in first), sum(t.violated for t in second)),
         (len(first), len(second)),
         final_feasible,
+        found_98,
         load_winner_shares(trace, load_optima, maximize=maximize) if load_optima else {},
         confirmed,
         None if trace.confirmation is None else trace.confirmation.kind,
@@ -353,6 +364,8 @@ class StrategySummary:
     median_crash_share: float
     median_final: float  # incumbent's share of the optimum at the end of the budget
     median_gpu_hours: float
+    #: Share of seeds that measured a configuration within 98% at all (reached or not).
+    measured_98: float = 0.0
     #: Seeds whose final incumbent meets every constraint at noise 0.
     final_feasible: int = 0
     #: Mean over seeds of the share of trials measured over a limit, per half of the study.
@@ -389,6 +402,7 @@ def summarise(scores: Sequence[StudyScore]) -> StrategySummary:
         median_crash_share=statistics.median(s.crash_share for s in scores),
         median_final=statistics.median(s.final for s in scores),
         median_gpu_hours=statistics.median(s.gpu_hours for s in scores),
+        measured_98=sum(s.found_98 is not None for s in scores) / len(scores),
         final_feasible=sum(s.final_feasible is True for s in scores),
         violation_share_first_half=statistics.fmean(s.violation_shares()[0] for s in scores),
         violation_share_second_half=statistics.fmean(s.violation_shares()[1] for s in scores),

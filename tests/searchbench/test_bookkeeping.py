@@ -167,7 +167,21 @@ def test_each_study_has_a_row_and_the_seeds_that_missed_are_named() -> None:
         trials += [TrialTrace(i + 1, "search", "ok", v, v, 600.0) for i, v in enumerate(values)]
         return StudyTrace("default", seed, tuple(trials), ConfirmTrace(verdict, 1, 1, 1.0, 4))
 
-    traces = [study(0, 95.0, 99.0), study(1, 94.0, 96.5, 97.0, verdict="noise")]
+    def lucky(seed: int) -> StudyTrace:
+        """A study that measured the optimum itself low, below a lucky 96.5% measured high."""
+        trials = [TrialTrace(0, "baseline", "ok", 90.0, 90.0, 600.0)]
+        trials += [
+            TrialTrace(1, "search", "ok", 101.0, 96.5, 600.0),
+            TrialTrace(2, "search", "ok", 97.0, 100.0, 600.0),
+        ]
+        return StudyTrace("default", seed, tuple(trials), ConfirmTrace("pays", 2, 2, 1.0, 4))
+
+    traces = [
+        study(0, 95.0, 99.0),
+        study(1, 94.0, 96.5, 97.0, verdict="noise"),
+        study(2, 99.0),
+        lucky(3),
+    ]
     scores = tuple(score_study(t, 100.0, 8, maximize=True) for t in traces)
     result = SearchBenchResult(
         "box", "space.yaml", 40, 2, Optimum(100.0, {}, 10), (summarise(scores),), scores, 1.0
@@ -176,12 +190,22 @@ def test_each_study_has_a_row_and_the_seeds_that_missed_are_named() -> None:
     assert [(r["strategy"], r["seed"], r["trials"]) for r in rows] == [
         ("default", 0, 3),
         ("default", 1, 4),
+        ("default", 2, 2),
+        ("default", 3, 3),
     ]
-    assert [r["trials_to_98"] for r in rows] == [3, None]
-    assert [r["final"] for r in rows] == [0.99, 0.97]
-    assert [r["verdict"] for r in rows] == ["pays", "noise"]
+    assert [r["trials_to_98"] for r in rows] == [3, None, 2, None]
+    # the first trial that measured a configuration within 98%, whether it led or not
+    assert [r["trials_to_measure_98"] for r in rows] == [3, None, 2, 3]
+    assert result.summaries[0].measured_98 == pytest.approx(0.75)
+    assert [r["final"] for r in rows] == [0.99, 0.97, 0.99, 0.965]
+    assert [r["verdict"] for r in rows] == ["pays", "noise", "pays", "pays"]
     table = format_table(result)
-    assert "default never reached 98% in: seed 1 (97.0% after 4 trials, verdict noise)" in table
+    assert "default never reached 98% in: seed 1 (97.0% after 4 trials, verdict noise); " in table
+    # a seed whose search found a configuration within 98% that its noise ranked below another
+    assert (
+        "seed 3 (96.5% after 3 trials, verdict pays; it measured one within 98% in 3 trials, "
+        "lower than a luckier one)" in table
+    )
     assert "seed 0 (" not in table
     # a strategy that reached 98% in every seed (or in none) gets no such line
     everyone = dataclasses.replace(result, summaries=(summarise(scores[:1]),), scores=scores[:1])
