@@ -207,6 +207,13 @@ def test_each_study_has_a_row_and_the_seeds_that_missed_are_named() -> None:
         "lower than a luckier one)" in table
     )
     assert "seed 0 (" not in table
+    lines = table.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("strategy"))
+    header, row = lines[at], lines[at + 1]
+    # reached 98% in 2 of 4 seeds; found one within 98% in 3 of 4, each under its heading
+    for heading, figure in (("reached 98%", "50%"), ("found 98%", "75%")):
+        end = header.index(heading) + len(heading)
+        assert row[:end].endswith(" " + figure), (heading, header, row)
     # a strategy that reached 98% in every seed (or in none) gets no such line
     everyone = dataclasses.replace(result, summaries=(summarise(scores[:1]),), scores=scores[:1])
     assert "never reached" not in format_table(everyone)
