@@ -229,7 +229,7 @@ def format_table(result: SearchBenchResult) -> str:
         lines.append(
             f"{s.strategy:<{width}} {num(s.median_trials_to_95, '.1f'):>13} "
             f"{num(s.median_trials_to_98, '.1f'):>13} {num(s.median_gpu_hours_to_98, '.1f'):>12} "
-            f"{s.reached_98:>11.0%} {s.measured_98:>9.0%} {s.median_crash_share:>11.1%} "
+            f"{s.reached_98:>11.0%} {s.found_98:>9.0%} {s.median_crash_share:>11.1%} "
             f"{s.median_final:>7.1%} "
             f"{s.median_gpu_hours:>8.1f}"
             + (f" {f'{s.loads_within_98}/{s.seeds}':>9}" if loads else "")

@@ -206,7 +206,7 @@ class StudyScore:
             "trials": len(self.history),
             "trials_to_95": self.trials_to.get(0.95),
             "trials_to_98": self.trials_to.get(0.98),
-            "trials_to_measure_98": self.found_98,
+            "trials_to_find_98": self.found_98,
             "gpu_hours_to_98": rounded(self.gpu_hours_to.get(0.98), 3),
             "final": round(self.final, 4),
             "gpu_hours": round(self.gpu_hours, 3),
@@ -365,7 +365,7 @@ class StrategySummary:
     median_final: float  # incumbent's share of the optimum at the end of the budget
     median_gpu_hours: float
     #: Share of seeds that measured a configuration within 98% at all (reached or not).
-    measured_98: float = 0.0
+    found_98: float = 0.0
     #: Seeds whose final incumbent meets every constraint at noise 0.
     final_feasible: int = 0
     #: Mean over seeds of the share of trials measured over a limit, per half of the study.
@@ -402,7 +402,7 @@ def summarise(scores: Sequence[StudyScore]) -> StrategySummary:
         median_crash_share=statistics.median(s.crash_share for s in scores),
         median_final=statistics.median(s.final for s in scores),
         median_gpu_hours=statistics.median(s.gpu_hours for s in scores),
-        measured_98=sum(s.found_98 is not None for s in scores) / len(scores),
+        found_98=sum(s.found_98 is not None for s in scores) / len(scores),
         final_feasible=sum(s.final_feasible is True for s in scores),
         violation_share_first_half=statistics.fmean(s.violation_shares()[0] for s in scores),
         violation_share_second_half=statistics.fmean(s.violation_shares()[1] for s in scores),

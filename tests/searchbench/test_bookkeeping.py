@@ -195,8 +195,8 @@ def test_each_study_has_a_row_and_the_seeds_that_missed_are_named() -> None:
     ]
     assert [r["trials_to_98"] for r in rows] == [3, None, 2, None]
     # the first trial that measured a configuration within 98%, whether it led or not
-    assert [r["trials_to_measure_98"] for r in rows] == [3, None, 2, 3]
-    assert result.summaries[0].measured_98 == pytest.approx(0.75)
+    assert [r["trials_to_find_98"] for r in rows] == [3, None, 2, 3]
+    assert result.summaries[0].found_98 == pytest.approx(0.75)
     assert [r["final"] for r in rows] == [0.99, 0.97, 0.99, 0.965]
     assert [r["verdict"] for r in rows] == ["pays", "noise", "pays", "pays"]
     table = format_table(result)
