@@ -1,13 +1,14 @@
 """Confirmation: the best candidates and the baseline re-measured, interleaved, with statistics.
 
-After the search, the best few distinct configurations (``confirm.candidates``) and the
-no-speculation baseline are started again in rounds: baseline, A, B, C, then B, C, baseline, A,
-and so on (the order turns each round), one start of each per round, so drift between rounds
-(a warming box, a neighbour's job) hits all alike. Each candidate is judged by its ratio to the
-baseline of the same round: the geometric mean over rounds with a Student-t interval
-(:func:`autotune._stats.ratio_interval`). The intervals are family-wise: with ``k`` candidates
-each is taken at ``1 - (1 - confidence) / k`` (Bonferroni), so the chance that any reported
-interval misses is at most ``1 - confidence``.
+After the search, the best few distinct configurations (``confirm.candidates``; after a
+twin-guided search, also the twin's best of its own best few where the measurements left it out:
+:func:`candidates`) and the no-speculation baseline are started again in rounds: baseline, A,
+B, C, then B, C, baseline, A, and so on (the order turns each round), one start of each per
+round, so drift between rounds (a warming box, a neighbour's job) hits all alike. Each
+candidate is judged by its ratio to the baseline of the same round: the geometric mean over
+rounds with a Student-t interval (:func:`autotune._stats.ratio_interval`). The intervals are
+family-wise: with ``k`` candidates each is taken at ``1 - (1 - confidence) / k`` (Bonferroni),
+so the chance that any reported interval misses is at most ``1 - confidence``.
 
 After ``min_rounds``, a candidate whose interval against the leader lies wholly below it is
 dropped (it stops being started); with a load mix, only when it lies below the leader at every
@@ -48,11 +49,17 @@ from autotune._stats import mean_interval
 from autotune.space import ConfirmSpec, SearchSpace
 from autotune.study._evaluate import TrialContext, TrialEvaluator, TrialFiles, TrialHooks
 from autotune.study._paired import CHOICE_CONFIDENCE, Paired
-from autotune.study._record import STUDY_CONFIRMATION, TrialRecord, first_value
+from autotune.study._record import (
+    STUDY_CONFIRMATION,
+    STUDY_TWIN_RANKING,
+    TrialRecord,
+    first_value,
+)
 from autotune.study._verdict import ArmFigure, LoadChoice, Verdict, judge
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.trial import FrozenTrial
 
 log = logging.getLogger("autotune.study")
 
@@ -83,6 +90,8 @@ class Arm:
     searched: float | None = None
     #: Held in reserve: measured only once a candidate is dropped as not within the limits.
     reserve: bool = False
+    #: A candidate for the twin's value of it, not its measurement (:func:`candidates`).
+    twin: bool = False
 
 
 def candidates(
@@ -94,9 +103,15 @@ def candidates(
     reserve: int = 0,
 ) -> list[Arm]:
     """The baseline and the ``count`` best distinct measured configurations within the limits
-    (the search's figures rank them; ties: the earlier trial); with a load mix, then the
-    ``per_load`` best at each load point not among them yet; last, the ``reserve`` next best
-    (marked :attr:`Arm.reserve`)."""
+    (the search's figures rank them; ties: the earlier trial); then, where the twin sampler
+    ranked the study's measured trials as they are (:data:`STUDY_TWIN_RANKING`), the first of
+    its ``count`` best not among them yet; with a load mix, then the ``per_load`` best at each
+    load point not among them yet; last, the ``reserve`` next best (marked :attr:`Arm.reserve`).
+
+    The search's figures are single runs: with a few per cent of run-to-run noise, the
+    configurations measured best are those within the noise of the best that ran lucky, and
+    the best of all may have run unlucky. The twin's ranking weighs every measurement around
+    a configuration as well as its own, so its best joins the rounds, where the runs decide."""
     from optuna.trial import TrialState
 
     maximize = space.objective.direction == "maximize"
@@ -111,10 +126,15 @@ def candidates(
     arms = [Arm(BASELINE, None, space.baseline_config(), None)]
     seen = [arms[0].config]
 
-    def take(by: Callable[[TrialRecord], float | None], how_many: int, spare: bool = False) -> None:
+    def take(
+        by: Callable[[FrozenTrial, TrialRecord], float | None],
+        how_many: int,
+        spare: bool = False,
+        twin: bool = False,
+    ) -> None:
         ranked = []
         for t, record in usable:
-            value = by(record)
+            value = by(t, record)
             if value is not None:
                 ranked.append((value if maximize else -value, -t.number, t))
         ranked.sort(key=lambda x: (x[0], x[1]), reverse=True)
@@ -127,18 +147,36 @@ def candidates(
                 continue
             seen.append(config)
             arms.append(
-                Arm(f"trial {t.number}", t.number, config, dict(t.params), first_value(t), spare)
+                Arm(
+                    f"trial {t.number}",
+                    t.number,
+                    config,
+                    dict(t.params),
+                    first_value(t),
+                    spare,
+                    twin,
+                )
             )
             taken += 1
 
-    take(lambda r: r.value, count)
+    take(lambda t, r: r.value, count)
+    kept = study.user_attrs.get(STUDY_TWIN_RANKING)
+    kept = kept if isinstance(kept, dict) else {}
+    ranked = kept.get("ranking")
+    complete = sorted(
+        t.number for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    )
+    if isinstance(ranked, list) and kept.get("trials") == complete:  # of these very trials
+        order = {n: i for i, n in enumerate(ranked[:count]) if isinstance(n, int)}
+        first = -1 if maximize else 1  # the ranking's first is the best either way
+        take(lambda t, r: first * order[t.number] if t.number in order else None, 1, twin=True)
     for point in space.objective.loads if len(space.objective.loads) > 1 else ():
         take(functools.partial(_at_load, label=point.label), per_load)
-    take(lambda r: r.value, reserve, spare=True)
+    take(lambda t, r: r.value, reserve, spare=True)
     return arms
 
 
-def _at_load(record: TrialRecord, *, label: str) -> float | None:
+def _at_load(trial: FrozenTrial, record: TrialRecord, *, label: str) -> float | None:
     return record.at_load(label)
 
 
@@ -262,6 +300,14 @@ class Confirmation:
         spare = [a for a in pool if a.reserve]
         first = len(arms)
         done = self._load(arms, spare)
+        for arm in arms if not done else ():
+            if arm.twin:
+                line = (
+                    f"{arm.key} joins the candidates: the twin values it among the best "
+                    f"{self.spec.candidates} measured, by the runs around it as well as its own"
+                )
+                log.info("%s", line)
+                self.on_line(line)
         while len(arms) > 1:
             figures = self._figures(arms, done, len(arms) - 1)
             over = [f for f in figures if f.dropped is not None and f.dropped.startswith(_OVER)]

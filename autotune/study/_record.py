@@ -172,6 +172,10 @@ STUDY_METRIC = "autotune:metric"
 #: The load mix: ``[{"label": "c16", "weight": 0.3, "concurrency": 16, "request_rate": None}]``.
 STUDY_LOADS = "autotune:loads"
 STUDY_CONFIRMATION = "autotune:confirmation"
+#: The twin sampler's ranking of the measured configurations at the end of the search:
+#: ``{"trials": [complete trial numbers it saw], "ranking": [trial numbers, best first]}``; the
+#: confirmation takes its best few among its candidates.
+STUDY_TWIN_RANKING = "autotune:twin_ranking"
 #: The tuner confirming the study, and the server of its confirmation run (for a kill -9).
 STUDY_CONFIRMING = "autotune:confirming"
 STUDY_CONFIRM_PROCESS = "autotune:confirm_process"

@@ -69,6 +69,7 @@ from autotune.study._record import (
     STUDY_CONFIRM_PROCESS,
     STUDY_CONFIRMING,
     STUDY_REFUSED,
+    STUDY_TWIN_RANKING,
     SYS_PROCESS,
     Outcome,
     TrialRecord,
@@ -417,6 +418,7 @@ class StudyRunner:
             progress.note("another worker is confirming this study; its verdict is in the report")
             return None
         self._stop_confirmation_server()
+        self._keep_twin_ranking()
         self.study.set_user_attr(STUDY_CONFIRMING, me)
         confirmation = Confirmation(
             self.study,
@@ -441,6 +443,27 @@ class StudyRunner:
         save_verdict_note(self.study, verdict)
         log.info("verdict: %s", verdict.headline)
         return verdict
+
+    def _keep_twin_ranking(self) -> None:
+        """Write the twin sampler's ranking of the measured configurations to the study, where
+        the confirmation takes its best few among the candidates; kept as it is while the
+        study's measured trials are those it ranked (a confirmation that goes on keeps its
+        candidates)."""
+        from optuna.trial import TrialState
+
+        from autotune.study._twin_sampler import TwinSampler
+
+        if not isinstance(self.sampler, TwinSampler):
+            return
+        complete = sorted(
+            t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        )
+        kept = self.study.user_attrs.get(STUDY_TWIN_RANKING)
+        if isinstance(kept, dict) and kept.get("trials") == complete:
+            return
+        ranking = self.sampler.ranking(self.study)
+        self.study.set_user_attr(STUDY_TWIN_RANKING, {"trials": complete, "ranking": ranking})
+        log.info("the twin's ranking of the measured configurations: %s", ranking[:10])
 
     def _confirm_hooks(self) -> TrialHooks:
         return TrialHooks(

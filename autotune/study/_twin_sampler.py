@@ -323,17 +323,43 @@ class TwinSampler(AutotuneSampler):
         self._plan = (key, plan)
         return plan
 
-    def _best(self, finished: Sequence[FrozenTrial]) -> float | None:
-        """The twin's value of the best measured configuration within the space's limits
-        (its expected value there: the measurements around it weigh in, so one lucky
-        measurement does not end the search); None before anything is measured."""
-        feasible = [
+    def ranking(self, study: optuna.Study) -> list[int]:
+        """The measured configurations of the space within its limits (the baseline aside), best
+        first by the twin's value of each after every finished trial: its expected value there,
+        where the measurements around a configuration weigh in as well as its own, so that a
+        lucky run ranks it less high than it measured (trial numbers)."""
+        self.plan(study)  # the twin fitted to every finished trial
+        sign = 1.0 if self.maximize else -1.0
+        measured = []
+        for t in self._feasible(study.get_trials(deepcopy=False)):
+            seen = observation(self.space, t)
+            if seen is not None and TrialRecord.from_trial(t).role != "baseline":
+                measured.append((t.number, seen[0]))
+        if not measured:
+            return []
+        values = self.twin.predict([config for _, config in measured]).mean()
+        found = [
+            (sign * float(v), -n)
+            for (n, _), v in zip(measured, values, strict=True)
+            if not np.isnan(v)
+        ]
+        return [-n for _, n in sorted(found, reverse=True)]
+
+    def _feasible(self, finished: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+        """The trials measured within the space's limits."""
+        return [
             t
             for t in finished
             if t.state == TrialState.COMPLETE
             and t.values
             and (self.constraints is None or all(c <= 0 for c in self.constraints(t)))
         ]
+
+    def _best(self, finished: Sequence[FrozenTrial]) -> float | None:
+        """The twin's value of the best measured configuration within the space's limits
+        (its expected value there: the measurements around it weigh in, so one lucky
+        measurement does not end the search); None before anything is measured."""
+        feasible = self._feasible(finished)
         if not feasible:
             return None
         sign = 1.0 if self.maximize else -1.0

@@ -15,7 +15,7 @@ from autotune.searchbench import Oracle, run_study
 from autotune.searchbench import _strategies as strategies
 from autotune.searchbench._benchmark import prepare
 from autotune.study import StudyOptions, choose_sampler
-from autotune.study._record import STUDY_REFUSED
+from autotune.study._record import STUDY_CONFIRMATION, STUDY_REFUSED, STUDY_TWIN_RANKING
 from autotune.study._runner import StudyRunner
 from autotune.study._setup import make_engine
 from autotune.study._twin_sampler import SETTLED_KNOBS, TwinSampler
@@ -135,6 +135,41 @@ def test_a_predicted_crash_is_refused_with_the_twins_arithmetic(
     log = "\n".join(p.read_text() for p in tmp_path.rglob("*.log"))
     assert "twin oom_kv_pool: KV pool: 0.50 x 95.6 GiB" in log
     assert "holds no KV token" in log
+
+
+def test_the_twins_ranking_of_what_it_measured_is_kept_for_the_confirmation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = twin_study(tmp_path, monkeypatch)
+    study, sampler = runner.study, runner.sampler
+    assert isinstance(sampler, TwinSampler)
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    kept = study.user_attrs[STUDY_TWIN_RANKING]
+    assert kept["trials"] == [t.number for t in complete]
+    # every measured configuration but the baseline, by the twin's value of it, best first
+    measured = [t for t in complete if t.user_attrs.get("role") != "baseline"]
+    assert sorted(kept["ranking"]) == [t.number for t in measured]
+    twin = sampler.twin.predict([runner.space.config_for(t.params) for t in measured]).mean()
+    value = {t.number: float(v) for t, v in zip(measured, twin, strict=True)}
+    assert [value[n] for n in kept["ranking"]] == sorted(value.values(), reverse=True)
+    # the confirmation took the measured best three, and the twin's best of its three where
+    # that is not among them
+    arms = study.user_attrs[STUDY_CONFIRMATION]["arms"]
+    by_figure = sorted(measured, key=lambda t: (-(t.value or 0.0), t.number))[:3]
+    expected = ["baseline", *(f"trial {t.number}" for t in by_figure)]
+    joins = [n for n in kept["ranking"][:3] if f"trial {n}" not in expected][:1]
+    assert joins  # at seed 0 the twin's best three hold one measured below the best three
+    assert arms == expected + [f"trial {n}" for n in joins]
+    log = "\n".join(p.read_text() for p in tmp_path.rglob("*.log"))
+    assert f"trial {joins[0]} joins the candidates: the twin values it among the best 3" in log
+    # a confirmation that goes on keeps the ranking its candidates came from; once the study
+    # measured more, the twin ranks again
+    study.set_user_attr(STUDY_TWIN_RANKING, {**kept, "ranking": kept["ranking"][::-1]})
+    runner._keep_twin_ranking()
+    assert study.user_attrs[STUDY_TWIN_RANKING]["ranking"] == kept["ranking"][::-1]
+    study.set_user_attr(STUDY_TWIN_RANKING, {**kept, "trials": kept["trials"][1:]})
+    runner._keep_twin_ranking()
+    assert study.user_attrs[STUDY_TWIN_RANKING] == kept
 
 
 def test_twin_is_a_sampler_choice_and_needs_the_facts_of_a_real_box(tmp_path: Path) -> None:
