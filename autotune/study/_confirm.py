@@ -51,9 +51,9 @@ from autotune.study._evaluate import TrialContext, TrialEvaluator, TrialFiles, T
 from autotune.study._paired import CHOICE_CONFIDENCE, Paired
 from autotune.study._record import (
     STUDY_CONFIRMATION,
-    STUDY_TWIN_RANKING,
     TrialRecord,
     first_value,
+    twin_ranking,
 )
 from autotune.study._verdict import ArmFigure, LoadChoice, Verdict, judge
 
@@ -104,7 +104,7 @@ def candidates(
 ) -> list[Arm]:
     """The baseline and the ``count`` best distinct measured configurations within the limits
     (the search's figures rank them; ties: the earlier trial); then, where the twin sampler
-    ranked the study's measured trials as they are (:data:`STUDY_TWIN_RANKING`), the first of
+    ranked the study's measured trials as they are (:func:`twin_ranking`), the first of
     its ``count`` best not among them yet; with a load mix, then the ``per_load`` best at each
     load point not among them yet; last, the ``reserve`` next best (marked :attr:`Arm.reserve`).
 
@@ -160,13 +160,8 @@ def candidates(
             taken += 1
 
     take(lambda t, r: r.value, count)
-    kept = study.user_attrs.get(STUDY_TWIN_RANKING)
-    kept = kept if isinstance(kept, dict) else {}
-    ranked = kept.get("ranking")
-    complete = sorted(
-        t.number for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    )
-    if isinstance(ranked, list) and kept.get("trials") == complete:  # of these very trials
+    ranked = twin_ranking(study)
+    if ranked is not None:
         order = {n: i for i, n in enumerate(ranked[:count]) if isinstance(n, int)}
         first = -1 if maximize else 1  # the ranking's first is the best either way
         take(lambda t, r: first * order[t.number] if t.number in order else None, 1, twin=True)

@@ -323,6 +323,19 @@ def first_value(trial: optuna.trial.FrozenTrial) -> float | None:
     return float(values[0]) if values else None
 
 
+def twin_ranking(study: optuna.Study) -> list[Any] | None:
+    """The twin sampler's stored ranking (:data:`STUDY_TWIN_RANKING`) where it ranks the study's
+    complete trials as they are; None where there is none, it has another shape, or the study
+    measured more since."""
+    from optuna.trial import TrialState
+
+    kept = study.user_attrs.get(STUDY_TWIN_RANKING)
+    if not isinstance(kept, dict) or not isinstance(kept.get("ranking"), list):
+        return None
+    complete = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    return kept["ranking"] if kept.get("trials") == sorted(complete) else None
+
+
 def outcome_of(user_attrs: Mapping[str, Any]) -> Outcome | None:
     """The outcome of a trial's user attributes (see :meth:`Outcome.parse`)."""
     return Outcome.parse(user_attrs.get("outcome"))

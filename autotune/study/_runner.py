@@ -75,6 +75,7 @@ from autotune.study._record import (
     TrialRecord,
     first_value,
     outcome_of,
+    twin_ranking,
 )
 from autotune.study._setup import (
     StudyOptions,
@@ -453,14 +454,11 @@ class StudyRunner:
 
         from autotune.study._twin_sampler import TwinSampler
 
-        if not isinstance(self.sampler, TwinSampler):
+        if not isinstance(self.sampler, TwinSampler) or twin_ranking(self.study) is not None:
             return
         complete = sorted(
             t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         )
-        kept = self.study.user_attrs.get(STUDY_TWIN_RANKING)
-        if isinstance(kept, dict) and kept.get("trials") == complete:
-            return
         ranking = self.sampler.ranking(self.study)
         self.study.set_user_attr(STUDY_TWIN_RANKING, {"trials": complete, "ranking": ranking})
         log.info("the twin's ranking of the measured configurations: %s", ranking[:10])
