@@ -4,7 +4,8 @@ A search ranks configurations by single measurements, and on a box where the who
 few per cent a lucky run decides the ranking. Confirmation re-measures the best few candidates
 and the no-speculation baseline interleaved (baseline, A, B, C, then again, so drift between
 rounds hits all alike) until each candidate's ratio to the baseline has a confidence interval
-that separates it from the others, or the rounds run out. See :mod:`autotune.study._confirm`.
+that separates it from the others, or every candidate is slower than the baseline (none is
+chosen), or the rounds run out. See :mod:`autotune.study._confirm`.
 
 .. code-block:: yaml
 

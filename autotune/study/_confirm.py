@@ -23,7 +23,10 @@ with rounds of its own.
 The confirmation ends when the leader is decided against the baseline (its interval above 1,
 below 1, or within ``margin`` of 1) and stands apart from the others (alone, or every other
 within ``margin``), and, with a load mix, each point's leader stands apart from its contenders
-there; or when ``max_rounds`` is reached. The verdict follows
+there; or when every candidate still in the running is slower than the baseline (each
+interval wholly below 1; at a load point, each contender there): the choice is then no
+speculation whichever of them leads, and ranking them would cost a start of each per round; or
+when ``max_rounds`` is reached. The verdict follows
 (:class:`~autotune.study._verdict.Verdict`).
 
 Every measurement is written to the study (user attribute ``autotune:confirmation``) as soon as
@@ -327,6 +330,17 @@ class Confirmation:
             notes.append(
                 f"the baseline did not start in {failed} run(s): those rounds are left out"
             )
+        standing = [f.key for f in figures if f.running]
+        if standing:
+            paired = self._paired(done)
+            level = 1.0 - (1.0 - self.spec.confidence) / k
+            contest = paired.contest(standing, level, self.spec.margin)
+            if not contest.apart and self._all_slower(paired, standing, level):
+                notes.append(
+                    "every candidate still measured runs slower than no speculation (each "
+                    "interval below x1.00): which of them is the fastest does not change the "
+                    "choice, so they were not ranked further"
+                )
         base_runs = [m for m in done if m.arm == BASELINE and m.value is not None]
         base_over = [m for m in base_runs if m.broke]
         if base_over and 2 * len(base_over) > len(base_runs):
@@ -564,28 +578,46 @@ class Confirmation:
         """The leader is decided against the baseline (its interval above 1, below 1, or
         within the margin of 1) and no candidate still in the running may beat it by more than
         the margin (at :data:`CHOICE_CONFIDENCE`); with a load mix, no contender at a load
-        point may beat that point's leader there by more than the margin either."""
+        point may beat that point's leader there by more than the margin either. A figure at
+        which every contender is slower than the baseline (:meth:`_all_slower`) is decided
+        whichever of them leads: the choice there is no speculation."""
         standing = [f for f in figures if f.running]
         if not standing:
             return True
-        leader = max(standing, key=lambda f: f.ratio or 0.0)
-        assert leader.low is not None and leader.high is not None
         margin = self.spec.margin
-        if not (
-            leader.low > 1.0
-            or leader.high < 1.0
-            or (leader.low >= 1.0 - margin and leader.high <= 1.0 + margin)
-        ):
-            return False
         paired = self._paired(done)
         level = 1.0 - (1.0 - self.spec.confidence) / max(1, len(figures))
-        if not paired.contest([f.key for f in standing], level, margin).apart:
-            return False
+        if not self._all_slower(paired, [f.key for f in standing], level):
+            leader = max(standing, key=lambda f: f.ratio or 0.0)
+            assert leader.low is not None and leader.high is not None
+            if not (
+                leader.low > 1.0
+                or leader.high < 1.0
+                or (leader.low >= 1.0 - margin and leader.high <= 1.0 + margin)
+            ):
+                return False
+            if not paired.contest([f.key for f in standing], level, margin).apart:
+                return False
         for label in self._points():
             contenders = [f.key for f in figures if f.dropped is None and label in f.contends]
+            if self._all_slower(paired, contenders, level, label):
+                continue
             if not paired.contest(contenders, level, margin, label).apart:
                 return False
         return True
+
+    @staticmethod
+    def _all_slower(
+        paired: Paired, keys: Sequence[str], level: float, load: str | None = None
+    ) -> bool:
+        """Every one of ``keys`` is slower than the baseline (by the objective, or at one load
+        point): its interval against the baseline, at the family-wise ``level``, lies wholly
+        below 1. Telling them apart would only rank configurations none of which is chosen,
+        so the rounds that would take are saved."""
+        if not keys:
+            return False
+        intervals = [paired.to_baseline(key, level, load) for key in keys]
+        return all(i is not None and i[2] < 1.0 for i in intervals)
 
 
 def _floats(raw: object) -> dict[str, float]:
