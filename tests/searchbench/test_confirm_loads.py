@@ -22,10 +22,9 @@ from autotune.searchbench._oracle import Oracle, OracleEvaluator
 from autotune.space import SearchSpace
 from autotune.study._confirm import Confirmation
 from autotune.study._record import STUDY_CONFIRMATION
-from autotune.study._runner import StudyRunner
-from autotune.study._setup import StudyOptions, finish_setup, make_engine, set_target
-from autotune.study._storage import StudyPaths
 from autotune.study._verdict import Verdict
+
+from ._measured import measured_study
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -46,20 +45,8 @@ def _searched(tmp_path: Path) -> tuple[optuna.Study, SearchSpace, Oracle]:
     configs = tuple(_params(*s) for s in SETTINGS)
     confirm = dataclasses.replace(space.confirm, candidates=1, max_rounds=ROUNDS)
     space = dataclasses.replace(space, enqueued=configs, confirm=confirm)
-    engine = make_engine(space)
     oracle = Oracle.for_space(model, space)
-    study = optuna.create_study(
-        study_name="mix", storage=optuna.storages.InMemoryStorage(), direction="maximize"
-    )
-    options = StudyOptions(study_name="mix", seed=0, n_trials=len(configs) + 1,
-                           progress=False, confirm=False, informed=False)  # fmt: skip
-    finish_setup(study, space, engine, options)
-    paths = StudyPaths("mix", "in-memory", tmp_path / "artifacts", tmp_path / "logs")
-    StudyRunner(
-        study, space, engine, paths, options, set_target(study, len(configs) + 1),
-        evaluator=OracleEvaluator(oracle, seed=0, noise=0.0), quiet=True,
-    ).run()  # fmt: skip
-    return study, space, oracle
+    return measured_study(space, oracle, tmp_path, "mix", informed=False), space, oracle
 
 
 def _true(oracle: Oracle, space: SearchSpace, study: optuna.Study, trial: int, label: str) -> float:

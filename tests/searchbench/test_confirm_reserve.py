@@ -20,10 +20,8 @@ from autotune.searchbench._oracle import Oracle, OracleEvaluator
 from autotune.space import ConstraintSpec, SearchSpace
 from autotune.study._confirm import LIMIT_RESERVE, Confirmation
 from autotune.study._record import STUDY_CONFIRMATION
-from autotune.study._runner import StudyRunner
-from autotune.study._setup import StudyOptions, finish_setup, make_engine, set_target
-from autotune.study._storage import StudyPaths
 
+from ._measured import measured_study
 from .conftest import TINY
 
 pytestmark = pytest.mark.timeout(600)
@@ -44,20 +42,8 @@ def _searched(tmp_path: Path) -> tuple[optuna.Study, SearchSpace, Oracle]:
         if d >= s or k > 1
     ]  # fmt: skip
     space = dataclasses.replace(space, enqueued=tuple(configs))
-    engine = make_engine(space)
     oracle = Oracle.for_space(model, space)
-    study = optuna.create_study(
-        study_name="reserve", storage=optuna.storages.InMemoryStorage(), direction="maximize"
-    )
-    options = StudyOptions(study_name="reserve", seed=0, n_trials=len(configs) + 1,
-                           progress=False, confirm=False)  # fmt: skip
-    finish_setup(study, space, engine, options)
-    paths = StudyPaths("reserve", "in-memory", tmp_path / "artifacts", tmp_path / "logs")
-    StudyRunner(
-        study, space, engine, paths, options, set_target(study, len(configs) + 1),
-        evaluator=OracleEvaluator(oracle, seed=0, noise=0.0), quiet=True,
-    ).run()  # fmt: skip
-    return study, space, oracle
+    return measured_study(space, oracle, tmp_path, "reserve"), space, oracle
 
 
 def _figure(oracle: Oracle, space: SearchSpace, params: dict[str, Any], metric: str) -> float:

@@ -15,16 +15,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
 
 from autotune.searchbench._benchmark import prepare
 from autotune.searchbench._oracle import Oracle, OracleEvaluator
 from autotune.study._confirm import BASELINE, Confirmation
 from autotune.study._paired import Paired
-from autotune.study._runner import StudyRunner
-from autotune.study._setup import StudyOptions, finish_setup, make_engine, set_target
-from autotune.study._storage import StudyPaths
+
+from ._measured import measured_study
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -47,18 +45,7 @@ def test_the_rounds_stop_once_every_candidate_is_slower_than_no_speculation(
     confirm = dataclasses.replace(space.confirm, candidates=3, min_rounds=3, max_rounds=12)
     space = dataclasses.replace(space, enqueued=configs, confirm=confirm)
     oracle = Oracle.for_space(model, space)
-    study = optuna.create_study(
-        study_name="costs", storage=optuna.storages.InMemoryStorage(), direction="maximize"
-    )
-    options = StudyOptions(study_name="costs", seed=0, n_trials=len(configs) + 1,
-                           progress=False, confirm=False, informed=False)  # fmt: skip
-    engine = make_engine(space)
-    finish_setup(study, space, engine, options)
-    paths = StudyPaths("costs", "in-memory", tmp_path / "artifacts", tmp_path / "logs")
-    StudyRunner(
-        study, space, engine, paths, options, set_target(study, len(configs) + 1),
-        evaluator=OracleEvaluator(oracle, seed=0, noise=0.0), quiet=True,
-    ).run()  # fmt: skip
+    study = measured_study(space, oracle, tmp_path, "costs", informed=False)
     base = oracle.answer(space.baseline_config()).value
     for config in configs:
         assert oracle.answer(space.config_for(config)).value < 0.7 * base
