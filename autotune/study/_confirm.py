@@ -333,7 +333,7 @@ class Confirmation:
         standing = [f.key for f in figures if f.running]
         if standing:
             paired = self._paired(done)
-            level = 1.0 - (1.0 - self.spec.confidence) / k
+            level = self._level(k)
             contest = paired.contest(standing, level, self.spec.margin)
             if not contest.apart and self._all_slower(paired, standing, level):
                 notes.append(
@@ -439,6 +439,10 @@ class Confirmation:
         points = self.space.objective.loads
         return [p.label for p in points] if len(points) > 1 else []
 
+    def _level(self, k: int) -> float:
+        """The level of each interval over ``k`` candidates: family-wise (Bonferroni)."""
+        return 1.0 - (1.0 - self.spec.confidence) / max(1, k)
+
     def _paired(self, done: Sequence[Measurement]) -> Paired:
         runs = [(m.round, m.arm, m.value, m.loads) for m in done]
         return Paired(runs, baseline=BASELINE, maximize=self.maximize)
@@ -451,7 +455,7 @@ class Confirmation:
         those that may still be the best there (all, when none is judged yet)."""
         if len(arms) < 2:
             return ()
-        level = 1.0 - (1.0 - self.spec.confidence) / max(1, len(arms) - 1)
+        level = self._level(len(arms) - 1)
         paired = self._paired(done)
         trials = {a.key: a.trial for a in arms}
         out = []
@@ -477,7 +481,7 @@ class Confirmation:
     def _figures(self, arms: Sequence[Arm], done: Sequence[Measurement], k: int) -> list[ArmFigure]:
         """Each candidate's ratio to the baseline at the family-wise level, and why it was
         dropped, if it was: unstable, or behind the leader at :data:`CHOICE_CONFIDENCE`."""
-        level = 1.0 - (1.0 - self.spec.confidence) / max(1, k)
+        level = self._level(k)
         paired = self._paired(done)
         figures = []
         for arm in arms[1:]:
@@ -586,7 +590,7 @@ class Confirmation:
             return True
         margin = self.spec.margin
         paired = self._paired(done)
-        level = 1.0 - (1.0 - self.spec.confidence) / max(1, len(figures))
+        level = self._level(len(figures))
         if not self._all_slower(paired, [f.key for f in standing], level):
             leader = max(standing, key=lambda f: f.ratio or 0.0)
             assert leader.low is not None and leader.high is not None
