@@ -77,3 +77,34 @@ def mean_interval(values: Sequence[float], confidence: float) -> tuple[float, fl
 
     half = float(t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
+
+
+def rounds_to_decide(
+    pairs: Sequence[tuple[float, float]], confidence: float, margin: float, *, cap: int = 100
+) -> int | None:
+    """How many paired rounds in all would decide the ratio ``a / b`` of :func:`ratio_interval`
+    if the mean and the spread of the pairs so far held: the fewest ``N`` (at least the pairs
+    there are) at which the interval at ``confidence`` would leave out 1, or lie within
+    ``margin`` of 1 on both sides. A projection, not a promise: the next rounds move both.
+    ``None`` with fewer than two pairs, or when not even ``cap`` rounds would decide it (a
+    ratio this near 1 at this spread is as good as no difference).
+    """
+    logs = [math.log(a / b) for a, b in pairs if a > 0 and b > 0]
+    n = len(logs)
+    if n < 2:
+        return None
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    # The widest half-width (log scale) that decides: clear of 0, or inside the margin band.
+    clear = abs(mean)
+    inside = min(mean - math.log1p(-margin), math.log1p(margin) - mean) if margin > 0 else 0.0
+    room = max(clear, inside)
+    if sd == 0.0:
+        return n if room > 0.0 else None
+    from scipy.stats import t
+
+    for rounds in range(n, max(n, cap) + 1):
+        half = float(t.ppf(0.5 + confidence / 2.0, rounds - 1)) * sd / math.sqrt(rounds)
+        if half < clear or half <= inside:
+            return rounds
+    return None

@@ -29,6 +29,13 @@ speculation whichever of them leads, and ranking them would cost a start of each
 when ``max_rounds`` is reached. The verdict follows
 (:class:`~autotune.study._verdict.Verdict`).
 
+After each round from ``min_rounds`` on, a line says where the leader stands against the baseline
+and, while that is undecided, how many rounds in all (starts, GPU hours) would decide it if its
+mean and its spread so far held (:func:`autotune._stats.rounds_to_decide`), so that a
+confirmation of long starts says how long it may take. When the rounds run out with the
+leader undecided, the verdict's note gives that projection and the ``autotune study confirm
+--max-rounds`` command that goes on from the rounds measured.
+
 Every measurement is written to the study (user attribute ``autotune:confirmation``) as soon as
 it is taken, so a confirmation stopped by Ctrl-C or a kill goes on where it stopped
 (``autotune study confirm`` or ``autotune study resume``); the first measurements of the search
@@ -48,7 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._knobs import ServerConfig
-from autotune._stats import mean_interval
+from autotune._stats import mean_interval, rounds_to_decide
 from autotune.space import ConfirmSpec, SearchSpace
 from autotune.study._evaluate import TrialContext, TrialEvaluator, TrialFiles, TrialHooks
 from autotune.study._paired import CHOICE_CONFIDENCE, Paired
@@ -76,6 +83,9 @@ LOAD_CANDIDATES = 3
 #: candidates; each joins the confirmation when a candidate is dropped as not within the limits
 #: (near a limit the best few may all be just over it, and no speculation may be over it too).
 LIMIT_RESERVE = 3
+#: Most rounds a projection looks ahead (:func:`~autotune._stats.rounds_to_decide`): a leader
+#: not decided by then is as good as no different from the baseline at this noise.
+PROJECTION_CAP = 100
 _VERSION = 1
 #: How the reasons of candidates dropped as not within the limits begin.
 _OVER = ("not within ", "broke ")
@@ -212,7 +222,8 @@ class Confirmation:
     the search benchmark's oracle) and prices each run in GPU seconds
     (:meth:`~autotune.study._evaluate.TrialEvaluator.gpu_seconds`, ``gpus`` GPUs held);
     ``hooks`` makes each run's callbacks (process record, cancellation), ``after_run`` is
-    called when a run ended however it ended; ``on_line`` receives a line per measurement.
+    called when a run ended however it ended; ``on_line`` receives a line per measurement, and
+    after each round from ``min_rounds`` on where the leader stands (:meth:`_standing`).
     """
 
     def __init__(
@@ -306,6 +317,7 @@ class Confirmation:
                 )
                 log.info("%s", line)
                 self.on_line(line)
+        reported = 0
         while len(arms) > 1:
             figures = self._figures(arms, done, len(arms) - 1)
             over = [f for f in figures if f.dropped is not None and f.dropped.startswith(_OVER)]
@@ -321,6 +333,12 @@ class Confirmation:
                 and self._decided(figures, done)
             ):
                 break
+            if r >= max(2, self.spec.min_rounds) and r != reported:
+                reported = r
+                where = self._standing(figures, done, r)
+                if where is not None:
+                    log.info("%s", where)
+                    self.on_line(where)
             self._round(arms, done, dropped, r)
         k = len(arms) - 1
         figures = self._figures(arms, done, k) if k else []
@@ -341,6 +359,9 @@ class Confirmation:
                     "interval below x1.00): which of them is the fastest does not change the "
                     "choice, so they were not ranked further"
                 )
+            undecided = self._projection(figures, done)
+            if undecided is not None:
+                notes.append(undecided)
         base_runs = [m for m in done if m.arm == BASELINE and m.value is not None]
         base_over = [m for m in base_runs if m.broke]
         if base_over and 2 * len(base_over) > len(base_runs):
@@ -360,6 +381,78 @@ class Confirmation:
         )
         self._save(arms, done, verdict)
         return verdict
+
+    # --- where the rounds stand ---------------------------------------------------------------
+    def _leader(self, figures: Sequence[ArmFigure]) -> ArmFigure | None:
+        """The candidate the verdict would choose now (the best ratio among those running)."""
+        standing = [f for f in figures if f.running and f.low is not None]
+        return max(standing, key=lambda f: f.ratio or 0.0) if standing else None
+
+    def _undecided(self, leader: ArmFigure) -> bool:
+        """The leader's interval against the baseline still holds 1 and reaches past the
+        margin: neither "pays" nor "costs" nor "no different" can be said yet."""
+        assert leader.low is not None and leader.high is not None
+        margin = self.spec.margin
+        within = leader.low >= 1.0 - margin and leader.high <= 1.0 + margin
+        return leader.low <= 1.0 <= leader.high and not within
+
+    def _rounds_needed(self, leader: ArmFigure, done: Sequence[Measurement], k: int) -> int | None:
+        """Rounds in all that would decide the leader against the baseline if its mean and its
+        spread so far held (None: not even :data:`PROJECTION_CAP`)."""
+        pairs = self._paired(done).pairs(leader.key, BASELINE)
+        return rounds_to_decide(pairs, self._level(k), self.spec.margin, cap=PROJECTION_CAP)
+
+    def _standing(
+        self, figures: Sequence[ArmFigure], done: Sequence[Measurement], rounds: int
+    ) -> str | None:
+        """A line after each round from ``min_rounds`` on: the leader against the baseline
+        and, while that is undecided, how many rounds (starts, GPU hours) would decide it at
+        the spread so far, so that a long confirmation says how long it may take."""
+        leader = self._leader(figures)
+        if leader is None:
+            return None
+        head = f"after round {rounds}: {leader.key} leads at {leader.interval()} over the baseline"
+        if not self._undecided(leader):
+            return f"{head}; decided against the baseline"
+        need = self._rounds_needed(leader, done, len(figures))
+        if need is None:
+            return (
+                f"{head}; undecided, and at this spread not even {PROJECTION_CAP} rounds would "
+                "tell it from no speculation"
+            )
+        more = max(need - rounds, 1)
+        starts = more * (1 + sum(1 for f in figures if f.dropped is None))
+        measured = [m.gpu_s for m in done if m.gpu_s > 0]
+        cost = ""
+        if measured:
+            cost = f", about {starts * sum(measured) / len(measured) / 3600:.1f} GPU h"
+        tail = ""
+        if need > self.spec.max_rounds:
+            tail = f"; this confirmation stops at {self.spec.max_rounds}"
+        return (
+            f"{head}; undecided: if its mean and spread hold, about {need} rounds in all decide "
+            f"it ({more} more, {starts} starts{cost}){tail}"
+        )
+
+    def _projection(self, figures: Sequence[ArmFigure], done: Sequence[Measurement]) -> str | None:
+        """The verdict's note when the rounds ran out with the leader undecided: how many rounds
+        in all would decide it at the spread measured, and the command that goes on."""
+        leader = self._leader(figures)
+        if leader is None or not self._undecided(leader):
+            return None
+        rounds = len(self._paired(done).pairs(leader.key, BASELINE))
+        need = self._rounds_needed(leader, done, len(figures))
+        if need is None:
+            return (
+                f"{leader.key}'s x{leader.ratio:.3f} over {rounds} rounds is so near x1.00 for "
+                f"its spread that not even {PROJECTION_CAP} rounds would tell it from no "
+                "speculation: as good as no difference at this noise"
+            )
+        return (
+            f"if {leader.key}'s x{leader.ratio:.3f} and its spread over {rounds} rounds hold, "
+            f"about {need} rounds in all would decide it: `autotune study confirm --study-name "
+            f"{self.study.study_name} --max-rounds {need}` goes on from these rounds"
+        )
 
     @staticmethod
     def _next_round(arms: Sequence[Arm], done: Sequence[Measurement], dropped: set[str]) -> int:
