@@ -170,7 +170,12 @@ def add_sim_options(
         "modelled duration, so a client's latencies divided by K (throughput multiplied by K) "
         "are the model's, with the host's timing jitter K times smaller next to them; the "
         "server's log lines and /metrics report the model's time")  # fmt: skip
-    opt("--sim-seed", type=int, help="seed of the noise and of the output words")
+    opt(
+        "--sim-seed",
+        type=int,
+        help="seed of the noise and of the output words (default: "
+        "--random-seed, else drawn at each start, as SGLang draws its seed)",
+    )
     opt("--sim-fault", type=_fault, action="append", default=[], metavar="FAULT",
         help="hang_startup, slow_start:X, crash_mid_benchmark:N, stall_stream:N, "
         "refuse_connections, garbage:N, http_500:N, drop_connection:N")  # fmt: skip

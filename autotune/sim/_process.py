@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 from collections.abc import Generator, Mapping, Sequence
@@ -94,7 +95,11 @@ class SimProcess:
 
     async def _serve(self) -> int:
         a, sim = self.resolution.server_args, self.launch.sim
-        seed = sim.seed if sim.seed is not None else (a.get("random_seed") or 0)
+        seed = sim.seed if sim.seed is not None else a.get("random_seed")
+        if seed is None:
+            # SGLang draws its seed when none is given: each start of the same configuration
+            # then serves with noise of its own, as repeated starts on a real box differ.
+            seed = random.SystemRandom().randint(0, 1 << 30)
         engine = self.model.new_engine(
             self.resolution.config, self.plan, noise=sim.noise, seed=seed
         )
@@ -214,6 +219,8 @@ class SimProcess:
         """What the endpoints report: the server args as SGLang resolved them, and more."""
         p, plan, res = self.profile, self.plan, self.resolution
         a = dict(res.server_args)
+        if a.get("random_seed") is None:
+            a["random_seed"] = seed  # resolved, as SGLang reports the seed it drew
         mem = plan.memory
         a["max_running_requests"] = plan.max_running_requests
         if mem is not None:

@@ -194,3 +194,17 @@ def test_a_port_in_use_fails_like_uvicorn(sim: SimLauncher) -> None:
     assert code == 1
     assert "error while attempting to bind on address" in log
     assert READY_LINE not in log
+
+
+def test_each_start_draws_its_own_seed_unless_one_is_given(sim: SimLauncher) -> None:
+    # SGLang draws --random-seed when none is given, so two starts of one configuration serve
+    # with noise of their own (repeated starts on a real box differ); a given seed holds
+    seeds = []
+    for args in ((), (), ("--random-seed", "7"), ("--sim-seed", "5")):
+        server = sim.start("--sim-noise", "0.02", *args)
+        info = httpx.get(f"{server.url}/get_server_info", timeout=10).json()
+        seeds.append(info["random_seed"])
+        assert server.terminate() == 0
+    assert all(isinstance(s, int) for s in seeds), seeds
+    assert seeds[0] != seeds[1], seeds
+    assert seeds[2:] == [7, 5], seeds
