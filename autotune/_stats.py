@@ -42,6 +42,17 @@ def weighted_percentile(samples: Iterable[tuple[float, int]], q: float) -> float
     return low_value + (high_value - low_value) * (rank - low)
 
 
+def _log_spread(pairs: Sequence[tuple[float, float]]) -> tuple[int, float, float] | None:
+    """The count, mean and sample standard deviation of ``log(a / b)`` over the positive
+    pairs; ``None`` with fewer than two."""
+    logs = [math.log(a / b) for a, b in pairs if a > 0 and b > 0]
+    n = len(logs)
+    if n < 2:
+        return None
+    mean = sum(logs) / n
+    return n, mean, math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+
+
 def ratio_interval(
     pairs: Sequence[tuple[float, float]], confidence: float
 ) -> tuple[float, float, float] | None:
@@ -53,12 +64,10 @@ def ratio_interval(
     being the geometric mean of the pairs' ratios. ``None`` with fewer than two pairs (no
     spread to judge by).
     """
-    logs = [math.log(a / b) for a, b in pairs if a > 0 and b > 0]
-    n = len(logs)
-    if n < 2:
+    spread = _log_spread(pairs)
+    if spread is None:
         return None
-    mean = sum(logs) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    n, mean, sd = spread
     from scipy.stats import t
 
     half = float(t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
@@ -89,12 +98,10 @@ def rounds_to_decide(
     ``None`` with fewer than two pairs, or when not even ``cap`` rounds would decide it (a
     ratio this near 1 at this spread is as good as no difference).
     """
-    logs = [math.log(a / b) for a, b in pairs if a > 0 and b > 0]
-    n = len(logs)
-    if n < 2:
+    spread = _log_spread(pairs)
+    if spread is None:
         return None
-    mean = sum(logs) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    n, mean, sd = spread
     # The widest half-width (log scale) that decides: clear of 0, or inside the margin band.
     clear = abs(mean)
     inside = min(mean - math.log1p(-margin), math.log1p(margin) - mean) if margin > 0 else 0.0
