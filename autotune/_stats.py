@@ -105,9 +105,8 @@ def rounds_to_decide(
     # The widest half-width (log scale) that decides: clear of 0, or inside the margin band.
     clear = abs(mean)
     inside = min(mean - math.log1p(-margin), math.log1p(margin) - mean) if margin > 0 else 0.0
-    room = max(clear, inside)
     if sd == 0.0:
-        return n if room > 0.0 else None
+        return n if max(clear, inside) > 0.0 else None
     from scipy.stats import t
 
     for rounds in range(n, max(n, cap) + 1):

@@ -685,13 +685,8 @@ class Confirmation:
         paired = self._paired(done)
         level = self._level(len(figures))
         if not self._all_slower(paired, [f.key for f in standing], level):
-            leader = max(standing, key=lambda f: f.ratio or 0.0)
-            assert leader.low is not None and leader.high is not None
-            if not (
-                leader.low > 1.0
-                or leader.high < 1.0
-                or (leader.low >= 1.0 - margin and leader.high <= 1.0 + margin)
-            ):
+            leader = self._leader(figures)
+            if leader is None or self._undecided(leader):
                 return False
             if not paired.contest([f.key for f in standing], level, margin).apart:
                 return False
