@@ -131,3 +131,33 @@ class Cancelled(AutotuneError):
     """
 
     exit_code = 130
+
+
+class BundleError(AutotuneError):
+    """A bundle of wheels for an offline box cannot be built or installed.
+
+    ``kind`` names what went wrong, for scripts and tests: ``freeze``, ``no-wheel`` (no wheel
+    satisfies every requirement on a package; ``requirers`` says who asked), ``tags`` (a wheel
+    that does not fit the target), ``pip``, ``cuda``, ``manifest``, ``missing-part``,
+    ``part-size``, ``checksum``, ``python``, ``archive``, ``unsafe-member``, ``import-check``,
+    ``option``, ``output`` (a folder that cannot be written). ``path`` is the file concerned,
+    ``expected`` / ``found`` the values compared.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        path: Path | None = None,
+        expected: str | None = None,
+        found: str | None = None,
+        requirers: tuple[str, ...] = (),
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.kind = kind
+        self.path = path
+        self.expected = expected
+        self.found = found
+        self.requirers = requirers

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from autotune._errors import AutotuneError
-from autotune.cli import _bench, _logs, _sim, _space, _study, _twin
+from autotune.cli import _bench, _bundle, _logs, _sim, _space, _study, _twin
 
 app = typer.Typer(
     name="autotune",
@@ -24,6 +24,7 @@ app.add_typer(_sim.app, name="sim")
 app.add_typer(_bench.app, name="bench")
 app.add_typer(_logs.app, name="logs")
 app.add_typer(_twin.app, name="twin")
+app.add_typer(_bundle.app, name="bundle")
 _study.register_root_commands(app)
 
 
