@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from autotune._errors import AutotuneError
-from autotune.cli import _bench, _bundle, _logs, _sim, _space, _study, _twin
+from autotune.cli import _bench, _bundle, _logs, _sim, _smoke, _space, _study, _twin
 
 app = typer.Typer(
     name="autotune",
@@ -26,6 +26,7 @@ app.add_typer(_logs.app, name="logs")
 app.add_typer(_twin.app, name="twin")
 app.add_typer(_bundle.app, name="bundle")
 _study.register_root_commands(app)
+_smoke.register(app)
 
 
 def version() -> str:

@@ -16,7 +16,8 @@ columns (the Smart Selection page), which list every trial at once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Any
 
 from autotune.study._record import Outcome, TrialRecord
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.study._verdict import Verdict
+
+log = logging.getLogger("autotune.study")
 
 #: The longest log line quoted in a note (the full line is the ``failure_line`` attribute).
 MAX_QUOTED = 300
@@ -53,10 +56,20 @@ def trial_note(record: TrialRecord, metric: str) -> str:
 
 
 def save_trial_note(trial: optuna.Trial, record: TrialRecord, metric: str) -> None:
-    """Write :func:`trial_note` as the trial's dashboard note."""
-    from optuna_dashboard import save_note
+    """Write :func:`trial_note` as the trial's dashboard note (nothing where optuna-dashboard is
+    not installed: a GPU box that carries only what a study needs)."""
+    save_note = _note_writer()
+    if save_note is not None:
+        save_note(trial, trial_note(record, metric))
 
-    save_note(trial, trial_note(record, metric))
+
+def _note_writer() -> Any:
+    try:
+        from optuna_dashboard import save_note
+    except ImportError:
+        log.debug("optuna-dashboard is not installed: no dashboard notes are written")
+        return None
+    return save_note
 
 
 def _quoted(text: str) -> str:
@@ -67,8 +80,9 @@ def _quoted(text: str) -> str:
 
 def save_verdict_note(study: optuna.Study, verdict: Verdict) -> None:
     """The confirmation's verdict as the study's dashboard note (shown on the study's page)."""
-    from optuna_dashboard import save_note
-
+    save_note = _note_writer()
+    if save_note is None:
+        return
     head, *rest = verdict.lines()
     body = "\n".join(f"- {line.strip()}" for line in rest)
     save_note(study, f"**{head}**\n\n{body}\n")

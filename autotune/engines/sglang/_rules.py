@@ -128,7 +128,10 @@ def check_rules(config: ServerConfig, *, own_adaptive_config: bool = False) -> I
             "bad_args",
             "attention_backend",
         )
-    if given and len(given) < len(SPECULATIVE_NUMBERS):
+    # NGRAM takes any of the three: SGLang sets its top-k to the BFS breadth, its draft tokens to
+    # 12 and its steps to draft tokens // top-k where unset (0.5.17's _handle_ngram)
+    partial = given and len(given) < len(SPECULATIVE_NUMBERS)
+    if partial and config.speculative_algorithm != "NGRAM":
         missing = next(k for k in SPECULATIVE_NUMBERS if k not in given)
         return Infeasible(
             "speculative numbers must be set all three or none: "
