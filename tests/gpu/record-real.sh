@@ -21,8 +21,12 @@ case "$phase" in
     snap after-smoke
     timeout 150 python3 tests/gpu/record_server.py --space "$space" --config "$ngram" --runs 5 --out "$R/noise-1" >"$R/noise-1.out" 2>&1
     echo "noise-1 exit $?"; tail -c 1500 "$R/noise-1.out"
-    timeout 100 python3 tests/gpu/record_server.py --space "$space" --config "$ngram" --runs 3 --out "$R/noise-2" >"$R/noise-2.out" 2>&1
-    echo "noise-2 exit $?"; tail -c 800 "$R/noise-2.out"
+    if [[ "${NOISE_RESTARTS:-0}" -gt 0 ]]; then
+      for n in $(seq 2 $((NOISE_RESTARTS + 1))); do
+        timeout 100 python3 tests/gpu/record_server.py --space "$space" --config "$ngram" --runs 3 --out "$R/noise-$n" >"$R/noise-$n.out" 2>&1
+        echo "noise-$n exit $?"; tail -c 800 "$R/noise-$n.out"
+      done
+    fi
     ;;
   study)
     AUTOTUNE_GPU_KEEP="$R" timeout "${STUDY_TIMEOUT:-540}" python3 -m pytest tests/gpu -q -x -p no:cacheprovider \
