@@ -13,14 +13,23 @@ Nothing secret is stored or shown: not in the study's attributes (the space text
   ``CREDENTIAL`` (``HF_TOKEN``, ``HUGGING_FACE_HUB_TOKEN``, ``OPENAI_KEY``, ``DB_PASS``,
   ``AWS_SECRET_ACCESS_KEY``; not ``TOKENIZERS_PARALLELISM``);
 * it is the password of a URL (``scheme://user:PASSWORD@host``), in any argument or value;
-* it looks like a token by itself (``hf_...``, ``sk-...``).
+* it looks like a token by itself (``hf_...``, ``sk-...``, ``ghp_...``, ``github_pat_...``).
+
+The environment of a launch (a space's ``engine.env``) is judged by default-deny: a value is kept
+in what is stored or shown only when its name is known to be data (:func:`is_safe_env`:
+:data:`SAFE_ENV_NAMES` and the prefixes :data:`SAFE_ENV_PREFIXES`, such as
+``CUDA_VISIBLE_DEVICES`` or ``NCCL_*``, and not a secret-looking name such as
+``SGLANG_API_KEY``); every other value (``GITHUB_PAT``, ``MY_SETTING``) is redacted, whatever its
+name or look. The names stay: the record still says which variables the server had.
 
 Values known to be secret (the API key of a launch, secret environment values) are also
 replaced wherever they occur in a text, such as a server's log (:func:`redact_values`).
 
-The space file is stored with its secret values replaced by :data:`PLACEHOLDER`
-(:func:`redact_space_text`); the text stays valid YAML with the same lines, so a resumed study
-parses it as before and takes the secrets again from the original file or the environment.
+The space file is stored as a normalised dump of its YAML (:func:`redact_space_text`): its
+comments dropped (a commented-out ``# HF_TOKEN: hf_...`` line is not kept), its secret values
+and every ``engine.env`` value of a name that is not safe replaced by :data:`PLACEHOLDER`. A
+resumed study parses it as it parsed the file, and takes the redacted values again from the
+original file or the environment; the original text stays only in the user's own file.
 """
 
 from __future__ import annotations
@@ -76,7 +85,54 @@ _SECRET_FLAGS = frozenset(
 )
 #: An abbreviation of a secret flag is only recognised from this length on (``--api``).
 _MIN_ABBREV = 5
-_SECRET_IN_TEXT = re.compile(r"\b(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_\-]{8,})\b")
+_SECRET_IN_TEXT = re.compile(
+    r"\b(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_\-]{8,}|gh[pousr]_[A-Za-z0-9]{8,}"
+    r"|github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_\-]{8,}|xox[abprs]-[A-Za-z0-9\-]{8,})\b"
+)
+#: Environment names whose values are data, not secrets: kept in records and shown (see
+#: :func:`is_safe_env`). Any other name's value is redacted.
+SAFE_ENV_NAMES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "TOKENIZERS_PARALLELISM",
+        "PYTHONUNBUFFERED",
+        "PYTHONHASHSEED",
+        "PYTHONFAULTHANDLER",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_HUB_OFFLINE",
+        "HF_HUB_ENABLE_HF_TRANSFER",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "HF_DATASETS_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "TRANSFORMERS_CACHE",
+    }
+)
+#: Prefixes of environment names whose values are data: the engines' and libraries' switches
+#: (``NCCL_ALGO``, ``SGLANG_ENABLE_SPEC_V2``, ``TORCH_CUDA_ARCH_LIST``, ``OMP_NUM_THREADS``). A
+#: name with such a prefix that looks secret (``SGLANG_API_KEY``, ``VLLM_API_KEY``) is not safe.
+SAFE_ENV_PREFIXES = (
+    "CUDA_",
+    "NCCL_",
+    "NVSHMEM_",
+    "SGLANG_",
+    "SGL_",
+    "VLLM_",
+    "TORCH_",
+    "TORCHINDUCTOR_",
+    "PYTORCH_",
+    "FLASHINFER_",
+    "TRITON_",
+    "OMP_",
+    "MKL_",
+)
+#: A value of an environment name that is neither safe nor secret-looking is replaced in a
+#: server's log only from this length on (shorter values, ``1`` or ``fast``, are ordinary words
+#: of a log; they are still never recorded as the variable's value).
+_UNKNOWN_ENV_MIN_CHARS = 8
 #: ``scheme://user:password@`` (the password group is replaced).
 _URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@'\"]*:)([^\s/@'\"]+)(@)")
 _BEARER = re.compile(r"(\b(?:Bearer|Basic|Token)\s+)(?!\*\*\*|<redacted>)[A-Za-z0-9._~+/=\-]+")
@@ -122,6 +178,18 @@ def is_secret_env(name: str) -> bool:
     return False
 
 
+def is_safe_env(name: str) -> bool:
+    """Whether an environment variable's value may be stored and shown (default-deny).
+
+    True for the names of :data:`SAFE_ENV_NAMES` and those starting with one of
+    :data:`SAFE_ENV_PREFIXES`, unless the name looks secret (:func:`is_secret_env`); every
+    other value is redacted.
+    """
+    if is_secret_env(name):
+        return False
+    return name in SAFE_ENV_NAMES or name.startswith(SAFE_ENV_PREFIXES)
+
+
 def is_secret_flag(arg: str) -> bool:
     """Whether ``arg`` (``--name``, without ``=value``) is a flag whose value is secret."""
     if not arg.startswith("--") or len(arg) <= 2:
@@ -135,10 +203,13 @@ def is_secret_flag(arg: str) -> bool:
 
 
 def redact_env(env: Mapping[str, str], extra: Iterable[str] = ()) -> dict[str, str]:
-    """A copy of ``env`` with secret-looking values replaced (and URL passwords in the rest)."""
+    """A copy of ``env`` with every value replaced but those of safe names (:func:`is_safe_env`),
+    which keep their value with URL passwords and token-looking words replaced; ``extra``:
+    names to redact even if safe."""
     names = set(extra)
     return {
-        k: (REDACTED if k in names or is_secret_env(k) else redact_text(v)) for k, v in env.items()
+        k: (redact_text(v) if k not in names and is_safe_env(k) else REDACTED)
+        for k, v in env.items()
     }
 
 
@@ -260,7 +331,9 @@ def api_key_of(argv: Iterable[str]) -> str | None:
 
 
 def secret_values(argv: Iterable[str], env: Mapping[str, str]) -> set[str]:
-    """The secret values of a launch: those :func:`redact_argv` and :func:`redact_env` hide."""
+    """The secret values of a launch, to replace in a server's log: those :func:`redact_argv`
+    hides, and the environment values :func:`redact_env` hides (a value of a name neither safe
+    nor secret-looking only from :data:`_UNKNOWN_ENV_MIN_CHARS` characters on)."""
     args = list(argv)
     out: set[str] = set()
     for raw, shown in zip(args, redact_argv(args, placeholder="\0"), strict=True):
@@ -270,6 +343,8 @@ def secret_values(argv: Iterable[str], env: Mapping[str, str]) -> set[str]:
         if is_secret_env(name):
             out.add(value)
         else:
+            if not is_safe_env(name) and len(value) >= _UNKNOWN_ENV_MIN_CHARS:
+                out.add(value)
             out.update(_differences(value, redact_text(value, "\0")))
     return {v for v in out if v}
 
@@ -288,81 +363,52 @@ def _differences(raw: str, shown: str) -> list[str]:
 
 
 def redact_space_text(text: str) -> str:
-    """The space file's text with every secret value replaced by ``"<redacted>"``.
+    """The space file's text as it is stored: a normalised YAML dump of its data, secrets
+    replaced by ``"<redacted>"``.
 
-    Replaced in place, scalar by scalar (comments, layout and line numbers stay): the values of
-    secret ``engine.env`` names, secret values in ``engine.extra_args`` and
-    ``engine.launch_prefix`` (as :func:`redact_argv` judges them), and URL passwords and
-    token-looking words in any other value. Text that is not YAML is redacted as free text.
+    Comments are dropped (a commented-out ``# HF_TOKEN: hf_...`` is not kept) and the layout is
+    YAML's own; the data is the file's, so the dump parses to the same space. Replaced: every
+    ``engine.env`` value of a name that is not safe (:func:`is_safe_env`, default-deny), secret
+    values in ``engine.extra_args`` and ``engine.launch_prefix`` (as :func:`redact_argv` judges
+    them), and URL passwords and token-looking words in any other value or key. The dump of a
+    dump is itself. Text that is not YAML is redacted as free text, comment lines dropped.
     """
     import yaml
 
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
     except yaml.YAMLError:
-        return redact_text(text, PLACEHOLDER)
-    if root is None:
-        return text
-    edits: dict[int, tuple[int, int, str | None, str | None]] = {}
-
-    def scalar(node: Any, new: str) -> None:
-        if new != node.value:
-            edits[id(node)] = (node.start_mark.index, node.end_mark.index, new, node.style)
-
-    def walk(node: Any, path: tuple[str, ...], seen: set[int]) -> None:
-        if id(node) in seen:
-            return
-        seen = seen | {id(node)}
-        if isinstance(node, yaml.ScalarNode):
-            new = redact_text(node.value, PLACEHOLDER)
-            if new != node.value and node.style in ("|", ">"):
-                # a block of text: redacted line by line where it stands, lines kept
-                edits[id(node)] = (node.start_mark.index, node.end_mark.index, None, node.style)
-            else:
-                scalar(node, new)
-        elif isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                name = key.value if isinstance(key, yaml.ScalarNode) else ""
-                if (
-                    path == ("engine", "env")
-                    and isinstance(value, yaml.ScalarNode)
-                    and is_secret_env(str(name))
-                    and value.value not in ("", PLACEHOLDER)
-                ):
-                    scalar(value, PLACEHOLDER)
-                    continue
-                walk(value, (*path, str(name)), seen)
-        elif isinstance(node, yaml.SequenceNode):
-            items = node.value
-            if path in (("engine", "extra_args"), ("engine", "launch_prefix")) and all(
-                isinstance(i, yaml.ScalarNode) for i in items
-            ):
-                shown = redact_argv([i.value for i in items], placeholder=PLACEHOLDER)
-                for item, new in zip(items, shown, strict=True):
-                    scalar(item, new)
-                return
-            for item in items:
-                walk(item, path, seen)
-
-    walk(root, (), set())
-    out = text
-    for start, end, new, _style in sorted(edits.values(), key=lambda e: e[0], reverse=True):
-        span = out[start:end]
-        if new is None:
-            out = out[:start] + redact_text(span, PLACEHOLDER) + out[end:]
-            continue
-        head = re.match(r"(?:[&!][^\s]*\s+)*", span)
-        keep = head.group(0) if head else ""
-        tail = span[len(span.rstrip()) :]
-        out = out[:start] + keep + _quoted(new) + tail + out[end:]
-    return out
+        kept = [line for line in text.split("\n") if not line.lstrip().startswith("#")]
+        return redact_text("\n".join(kept), PLACEHOLDER)
+    if data is None:
+        return ""
+    return yaml.safe_dump(
+        _redact_data(data, ()), sort_keys=False, allow_unicode=True, default_flow_style=False
+    )
 
 
-def _quoted(value: str) -> str:
-    """A YAML double-quoted scalar (JSON's string syntax is valid YAML)."""
-    import json
-
-    return json.dumps(value)
+def _redact_data(node: Any, path: tuple[str, ...]) -> Any:
+    """A copy of parsed YAML ``node`` (at ``path``) with its secrets replaced (see
+    :func:`redact_space_text`)."""
+    if isinstance(node, str):
+        return redact_text(node, PLACEHOLDER)
+    if isinstance(node, dict):
+        out: dict[Any, Any] = {}
+        for key, value in node.items():
+            name = redact_text(key, PLACEHOLDER) if isinstance(key, str) else key
+            if path == ("engine", "env") and not is_safe_env(str(key)):
+                keep = value in ("", None, PLACEHOLDER)
+                out[name] = value if keep else PLACEHOLDER
+                continue
+            out[name] = _redact_data(value, (*path, str(key)))
+        return out
+    if isinstance(node, list):
+        if path in (("engine", "extra_args"), ("engine", "launch_prefix")) and all(
+            isinstance(i, str) for i in node
+        ):
+            return redact_argv(node, placeholder=PLACEHOLDER)
+        return [_redact_data(item, path) for item in node]
+    return node
 
 
 def has_placeholder(values: Iterable[str]) -> bool:

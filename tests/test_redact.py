@@ -12,6 +12,7 @@ from autotune._redact import (
     PLACEHOLDER,
     REDACTED,
     api_key_of,
+    is_safe_env,
     is_secret_env,
     is_secret_flag,
     redact_argv,
@@ -50,7 +51,37 @@ def test_secret_environment_names(name: str) -> None:
 )
 def test_harmless_environment_names(name: str) -> None:
     assert not is_secret_env(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CUDA_VISIBLE_DEVICES",
+        "NCCL_ALGO",
+        "NCCL_DEBUG",
+        "SGLANG_ENABLE_SPEC_V2",
+        "TORCH_CUDA_ARCH_LIST",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "FLASHINFER_WORKSPACE_BASE",
+        "OMP_NUM_THREADS",
+        "TOKENIZERS_PARALLELISM",
+    ],
+)
+def test_safe_environment_names_keep_their_values(name: str) -> None:
+    assert is_safe_env(name)
     assert redact_env({name: "x"}) == {name: "x"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["GITHUB_PAT", "MY_SETTING", "PATH", "PWD", "SGLANG_API_KEY", "VLLM_API_KEY", "HF_TOKEN"],
+)
+def test_every_other_environment_value_is_redacted(name: str) -> None:
+    """Default-deny: a name not known to be data has its value hidden, whatever it looks like."""
+    assert not is_safe_env(name)
+    assert redact_env({name: "plain-value-123"}) == {name: REDACTED}
+    launch = LaunchSpec(argv=("serve",), env={name: "plain-value-123"}, port=1)
+    assert "plain-value-123" not in launch.display() and "plain-value-123" in launch.secrets()
 
 
 @pytest.mark.parametrize(
@@ -167,7 +198,8 @@ def test_secret_values_of_a_launch() -> None:
     found = secret_values(
         ["--api-key", "K1", "--u", "http://a:pw@h"], {"HF_TOKEN": "tok", "URL": "pg://u:p2@h"}
     )
-    assert found == {"K1", "pw", "tok", "p2"}
+    # a value of a name not known to be safe is hidden whole (from 8 characters on)
+    assert found == {"K1", "pw", "tok", "p2", "pg://u:p2@h"}
 
 
 def test_redact_file(tmp_path: Path) -> None:
@@ -198,18 +230,28 @@ engine:
     HF_TOKEN: &tok hf-secret-1
     COPY: *tok
     DB_PASS: 'db''pass'
+    GITHUB_PAT: ghp_AbCdEfGh12345678
     NCCL_DEBUG: WARN
+    # OLD_TOKEN: hf_CommentedOut1234
 description: |
   uses hf_AbCdEfGhIjKl
 """
 
 
-def test_space_text_redaction_keeps_yaml_and_lines() -> None:
+def test_space_text_is_a_normalised_dump_without_secrets_or_comments() -> None:
     out = redact_space_text(SPACE)
-    for secret in ("K-123456", "pw-9876", "hf-secret-1", "hf-secret-2", "db'pass", "hf_AbCd"):
+    for secret in (
+        "K-123456",
+        "pw-9876",
+        "hf-secret-1",
+        "hf-secret-2",
+        "db'pass",
+        "hf_AbCd",
+        "ghp_",
+        "hf_Commented",
+    ):
         assert secret not in out
-    assert out.count("\n") == SPACE.count("\n")
-    assert "# a comment" in out
+    assert "#" not in out and "comment" not in out
     data = yaml.safe_load(out)
     engine = data["engine"]
     assert engine["extra_args"] == [
@@ -220,13 +262,16 @@ def test_space_text_redaction_keeps_yaml_and_lines() -> None:
     assert engine["launch_prefix"] == ["docker", f"HF_TOKEN={PLACEHOLDER}"]
     assert engine["env"] == {
         "HF_TOKEN": PLACEHOLDER,
-        "COPY": PLACEHOLDER,
+        "COPY": PLACEHOLDER,  # not a known name: default-deny
         "DB_PASS": PLACEHOLDER,
+        "GITHUB_PAT": PLACEHOLDER,
         "NCCL_DEBUG": "WARN",
     }
     assert redact_space_text(out) == out  # a second pass changes nothing
 
 
-def test_space_text_without_secrets_is_unchanged() -> None:
+def test_space_text_without_secrets_keeps_its_data() -> None:
     text = (Path(__file__).resolve().parents[1] / "search_spaces" / "eagle3.yaml").read_text()
-    assert redact_space_text(text) == text
+    out = redact_space_text(text)
+    assert yaml.safe_load(out) == yaml.safe_load(text)
+    assert "#" in text and "#" not in out

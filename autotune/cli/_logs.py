@@ -47,9 +47,16 @@ def classify(
     Exit status: 0 when the log shows no crash, 1 when it shows one (also with --json), 2 when
     the file cannot be read.
     """
+    from autotune._errors import ConfigError
     from autotune.crashes import classify_file
-    from autotune.engines import EngineSpec, create_engine
+    from autotune.engines import EngineSpec, create_engine, engine_kinds
 
+    if engine not in engine_kinds():  # (the space's engine.kind would be blamed otherwise)
+        raise ConfigError(
+            f"unknown engine kind {engine!r}",
+            source="--engine",
+            hint="choose one of: " + ", ".join(engine_kinds()),
+        )
     rules = create_engine(EngineSpec(kind=engine)).crash_rules()
     result = classify_file(logfile, rules)
     if as_json:

@@ -335,7 +335,7 @@ def register_root_commands(root: typer.Typer) -> None:
         studies_dir: StudiesDir = "studies",
         artifacts_dir: ArtifactsDir = None,
         host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
-        port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8080,
+        port: Annotated[int, typer.Option("--port", help="Port to serve on (1-65535).")] = 8080,
     ) -> None:
         """Serve optuna-dashboard on a study's storage, with its server logs as artifacts."""
         from autotune.report._dashboard import serve_dashboard

@@ -59,14 +59,21 @@ def serve_dashboard(
 
     from autotune.server import port_in_use
 
+    if not 0 < port < 65536:  # (else an OverflowError from the socket layer)
+        raise ConfigError(
+            f"port {port} is out of range", source="--port", hint="choose a port from 1 to 65535"
+        )
     paths = dashboard_paths(study_name, storage, studies_dir, artifacts_dir)
     if paths.sqlite_file is not None and not paths.sqlite_file.exists():
         raise ConfigError(
             f"no study database {str(paths.sqlite_file)!r}",
             hint="start a study first, or pass --storage/--studies-dir",
         )
-    if port_in_use(host, port):
-        raise ConfigError(f"port {port} on {host} is already in use", hint="choose --port")
+    # a host that is not an address here, or cannot be resolved, is named as the option
+    if port_in_use(host, port, source="--host"):
+        raise ConfigError(
+            f"port {port} on {host} is already in use", source="--port", hint="choose --port"
+        )
     rdb = open_storage(paths)
     store = artifact_store(paths)
     warning = exposure_warning(host)

@@ -10,17 +10,19 @@ from typing import Any
 from autotune._errors import ConfigError, ServerError
 
 
-def port_in_use(host: str, port: int) -> bool:
+def port_in_use(host: str, port: int, *, source: str = "engine.host") -> bool:
     """Whether ``port`` on ``host`` is taken, judged by trying to bind it as a server would.
 
     A socket bound or listening on the port (on ``host`` or on the wildcard address) makes it
     taken; connections left in TIME_WAIT do not (servers bind with ``SO_REUSEADDR``).
+    ``source`` names where ``host`` came from in an error (the space's ``engine.host``, or an
+    option such as the dashboard's ``--host``).
 
     Raises:
         ConfigError: ``host`` is not an address of this machine, or cannot be resolved.
         ServerError: the port cannot be bound for another reason (a privileged port).
     """
-    family, address = _resolve(host, port)
+    family, address = _resolve(host, port, source)
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -30,7 +32,8 @@ def port_in_use(host: str, port: int) -> bool:
                 return True
             if e.errno == errno.EADDRNOTAVAIL:
                 raise ConfigError(
-                    f"server host {host!r} is not an address of this machine",
+                    f"host {host!r} is not an address of this machine",
+                    source=source,
                     hint="use 127.0.0.1, 0.0.0.0 or one of this machine's addresses",
                 ) from e
             raise ServerError(
@@ -86,15 +89,17 @@ def wait_port_released(
         time.sleep(min(poll_interval_s, remaining))
 
 
-def _resolve(host: str, port: int) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
+def _resolve(
+    host: str, port: int, source: str = "engine.host"
+) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
     try:
         infos = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
-    except socket.gaierror as e:
+    except (socket.gaierror, UnicodeError) as e:
         raise ConfigError(
-            f"cannot resolve server host {host!r}: {e.strerror or e}",
-            source="engine.host",
+            f"cannot resolve host {host!r}: {getattr(e, 'strerror', None) or e}",
+            source=source,
             hint="use an IP address such as 127.0.0.1 or 0.0.0.0, or a name this machine resolves",
         ) from e
     family, _type, _proto, _name, sockaddr = infos[0]

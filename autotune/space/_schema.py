@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from autotune._document import MAX_TEXT_CHARS, Document, Section, load_document, suggest
 from autotune._errors import ConfigError
@@ -88,7 +89,7 @@ def load_space(path: str | os.PathLike[str]) -> SearchSpace:
     file = Path(source).expanduser()
     hint = "the spaces shipped with autotune are in search_spaces/"
     try:
-        with file.open(encoding="utf-8") as f:
+        with _open_regular(file, source=source, hint=hint) as f:
             text = f.read(MAX_TEXT_CHARS + 1)  # load_document refuses a longer text
     except FileNotFoundError as e:
         raise ConfigError("space file does not exist", source=source, hint=hint) from e
@@ -101,6 +102,60 @@ def load_space(path: str | os.PathLike[str]) -> SearchSpace:
     except ValueError as e:  # a NUL in the path
         raise ConfigError(f"cannot read the space file: {e}", hint=hint) from e
     return parse_space(text, source=source, base_dir=file.resolve().parent)
+
+
+def special_file(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (``a FIFO``, ``a directory``,
+    ``a character device``, ...); None for a regular file or a path that does not exist.
+
+    Judged by ``stat`` alone: a FIFO is never opened (reading one waits for a writer forever).
+    """
+    try:
+        mode = Path(path).expanduser().stat().st_mode
+    except (OSError, ValueError):
+        return None
+    return _special_kind(mode)
+
+
+def _special_kind(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
+
+
+def _open_regular(file: Path, *, source: str, hint: str) -> TextIO:
+    """``file`` opened for reading as UTF-8 text, refused unless it is a regular file.
+
+    Opened without blocking (a FIFO with no writer would otherwise hang the open), then judged
+    by what the open descriptor is, so a file swapped for a FIFO in between is still refused.
+
+    Raises:
+        ConfigError: a directory, FIFO, device or socket.
+        OSError: the file cannot be opened (the caller says so).
+    """
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        what = _special_kind(os.fstat(fd).st_mode)
+        if what == "a directory":
+            raise ConfigError("is a directory, not a space file", source=source, hint=hint)
+        if what is not None:
+            raise ConfigError(
+                f"is {what}, not a regular file: a space file is read whole, from disk",
+                source=source,
+                hint="give the path of the space file (YAML) itself",
+            )
+        os.set_blocking(fd, True)
+        return open(fd, encoding="utf-8")  # the caller's with closes it
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def parse_space(

@@ -203,6 +203,55 @@ def recover_stale(
         return [_recover(study, trial) for trial in stale()]  # (again: another may have been first)
 
 
+def take_over_dead_run(study: optuna.Study, *, lock: Path | None = None) -> list[str]:
+    """Stop every server of ``study`` that no live worker owns, and say so (one line each).
+
+    What ``study resume`` and ``study confirm`` do first, before they read the study's space:
+    a tuner killed (``kill -9``, a lost machine) left its trial RUNNING and its server holding
+    the GPUs, and a resume that is then refused (the space file changed, deleted, a secret it
+    needs missing, a narrower ``--space``) must not leave that server running. Only what the
+    trial recorded is used (the tuner's and the server's process identity,
+    :func:`recover_stale`), never the space or its secrets: each such trial is stopped, queued
+    again and failed, as a resume that goes on would do; so is the server of a confirmation
+    whose tuner is gone (:func:`stop_confirmation_server`).
+    """
+    from autotune.study._record import STUDY_CONFIRMING
+
+    lines = [trial.line() for trial in recover_stale(study, lock=lock)]
+    if not tuner_alive(study.user_attrs.get(STUDY_CONFIRMING)):
+        pid = stop_confirmation_server(study)
+        if pid is not None:
+            lines.append(
+                f"the server of an interrupted confirmation (pid {pid}) was still running "
+                "and has been stopped"
+            )
+    return lines
+
+
+def stop_confirmation_server(study: optuna.Study) -> int | None:
+    """Stop the server a confirmation recorded (its tuner was killed: it outlived it) and clear
+    the record; the pid of a server that still ran and was stopped, else None.
+
+    Only for a confirmation no live worker runs (the caller checks).
+    """
+    from autotune.study._record import STUDY_CONFIRM_PROCESS
+
+    record = study.user_attrs.get(STUDY_CONFIRM_PROCESS)
+    if not isinstance(record, dict):
+        return None
+    try:
+        identity: ProcessIdentity | None = ProcessIdentity.from_dict(record)
+    except (StorageError, KeyError, TypeError, ValueError):
+        identity = None
+    stopped = None
+    if identity is not None:
+        stopped = stop_identity(identity, term_timeout_s=10.0, kill_timeout_s=10.0)
+        if stopped is not None:
+            log.warning("stopped the server of an interrupted confirmation (pid %d)", identity.pid)
+    study.set_user_attr(STUDY_CONFIRM_PROCESS, None)
+    return identity.pid if identity is not None and stopped is not None else None
+
+
 def _recover(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> Recovered:
     stopped = None
     record = trial.system_attrs.get(SYS_PROCESS)

@@ -1,4 +1,8 @@
-"""Ctrl-C and SIGTERM during a study.
+"""Ctrl-C, SIGTERM, SIGHUP and SIGQUIT during a study.
+
+Each is a stop (:data:`STOP_SIGNALS`): SIGHUP comes when the terminal closes or the ssh session
+drops, SIGQUIT from Ctrl-\\; both would otherwise end the tuner at once and leave the running
+server holding the GPUs until someone resumes.
 
 The signal handler raises nothing: an exception raised from a handler lands wherever the main
 thread happens to be, possibly inside a garbage-collection callback or a ``finally`` that then
@@ -34,6 +38,13 @@ log = logging.getLogger("autotune.study")
 
 #: How often the waits of :class:`Interrupts` look at the flag.
 POLL_S = 0.05
+
+#: The signals that stop a study (those the platform has).
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
 
 
 class Interrupts:
@@ -116,7 +127,7 @@ class Interrupts:
 
     @contextmanager
     def installed(self, *, linger: bool = False) -> Iterator[Interrupts]:
-        """Handle SIGINT and SIGTERM inside the block; the previous handlers afterwards.
+        """Handle the :data:`STOP_SIGNALS` inside the block; the previous handlers afterwards.
 
         ``linger`` (a command on its way out): when a stop was asked for, the signals are
         ignored from then on instead, so that one more Ctrl-C of an impatient user cannot turn
@@ -124,9 +135,7 @@ class Interrupts:
         puts its own handlers back to the default while it shuts down; an ignored signal stays
         ignored). Only for a process that exits after the block.
         """
-        previous = {
-            sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
-        }
+        previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
         try:
             yield self
         finally:

@@ -31,7 +31,7 @@ def open_debug_log(folder: Path) -> Path:
         n += 1
     handler = _DebugLogHandler(path, encoding="utf-8")
     handler.setLevel(logging.DEBUG)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("autotune")
     root.setLevel(logging.DEBUG)
     root.addHandler(handler)
@@ -46,6 +46,16 @@ def close_debug_log(path: Path) -> None:
             # (the last lines may not flush on a full disk: nothing is left to do about it)
             with contextlib.suppress(OSError):
                 handler.close()
+
+
+class _RedactingFormatter(logging.Formatter):
+    """Every line of the debug log with its secrets replaced (:func:`autotune._redact.redact_text`:
+    a storage URL's password, token-looking words, ``NAME=secret``), whoever logged it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from autotune._redact import redact_text
+
+        return redact_text(super().format(record))
 
 
 class _DebugLogHandler(logging.FileHandler):

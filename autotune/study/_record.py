@@ -71,6 +71,7 @@ class Outcome(str, enum.Enum):
     #: Another program held the port: says nothing about the configuration (launched again).
     PORT_IN_USE = "port_in_use"
     OTHER_CRASH = "other_crash"
+    UNKNOWN_CRASH = "unknown_crash"
     #: The server did not become ready in time, or the benchmark ran out of time.
     TIMEOUT = "timeout"
     #: Refused before launch: a rule, the engine release or a lesson rules it out.
@@ -167,6 +168,10 @@ STUDY_SPACE_SOURCE = "autotune:space"
 #: artifact: :mod:`autotune.study._space_record`); still read where a study has it.
 STUDY_SPACE_TEXT = "autotune:space_text"
 STUDY_TARGET = "autotune:n_trials"
+#: What ``study start`` was asked (``{"n_trials": 3, "confirm": False}``; ``confirm`` None: as
+#: the space says), written right after the study row, before anything else: ``study resume``
+#: keeps them unless its own options override them.
+STUDY_OPTIONS = "autotune:start_options"
 STUDY_REFUSED = "autotune:refused"
 STUDY_METRIC = "autotune:metric"
 #: The load mix: ``[{"label": "c16", "weight": 0.3, "concurrency": 16, "request_rate": None}]``.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._errors import AutotuneError, Cancelled, ConfigError, Interrupted, StorageError
 from autotune._knobs import ServerConfig
+from autotune._redact import redact_url
 from autotune.bench import BenchmarkResult
 from autotune.engines import Engine
 from autotune.space import SearchSpace, load_space
@@ -39,6 +41,8 @@ from autotune.study._claims import (
     recover_stale,
     requeue,
     rerun_then_fail,
+    stop_confirmation_server,
+    take_over_dead_run,
     waiting_baseline,
 )
 from autotune.study._evaluate import (
@@ -86,6 +90,7 @@ from autotune.study._setup import (
     setup_complete,
     setup_lock,
     setup_lock_path,
+    with_start_options,
 )
 from autotune.study._storage import (
     StudyPaths,
@@ -154,8 +159,12 @@ def start_study(options: StudyOptions) -> StudySummary:
 
 
 def resume_study(options: StudyOptions) -> StudySummary:
-    """Continue a study: fail and re-queue trials of a dead tuner, then run to the target."""
+    """Continue a study: fail and re-queue trials of a dead tuner, then run to the target.
+
+    What the options leave out is as the study was started: its target (``--n-trials``) and
+    its ``--confirm``/``--no-confirm``."""
     paths, study, space = _existing(options)
+    options = with_start_options(study, options)  # e.g. --no-confirm, unless overridden
     _sampler_choice(space, options)
     _facts(space, options)
     engine = make_engine(space)
@@ -200,7 +209,12 @@ def _facts(space: SearchSpace, options: StudyOptions) -> Any:
 
 
 def _existing(options: StudyOptions) -> tuple[StudyPaths, optuna.Study, SearchSpace]:
-    """The study ``options`` names, with its stored space (``resume`` and ``confirm``)."""
+    """The study ``options`` names, with its stored space (``resume`` and ``confirm``).
+
+    First, before the space is read or checked, the servers of a dead run of the study are
+    stopped and its trials taken over (:func:`take_over_dead_run`), also when the resume is
+    then refused; each is said on stderr.
+    """
     if options.study_name is None:
         raise AutotuneError("which study?", hint="give --study-name NAME")
     paths = study_paths(
@@ -209,7 +223,16 @@ def _existing(options: StudyOptions) -> tuple[StudyPaths, optuna.Study, SearchSp
         studies_dir=options.studies_dir,
         artifacts_dir=options.artifacts_dir,
     )
-    study, space = create_or_load(paths, None, options, resume=True)
+    lock = setup_lock_path(paths)
+
+    def take_over(study: optuna.Study) -> None:
+        # before the space is read (it may refuse the resume): no server of a dead run is left
+        # holding the GPUs, whatever comes next
+        for line in take_over_dead_run(study, lock=lock):
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    study, space = create_or_load(paths, None, options, resume=True, on_loaded=take_over)
     return paths, study, space
 
 
@@ -303,7 +326,7 @@ class StudyRunner:
         log.info(
             "study %s on %s, %s",
             self.study.study_name,
-            self.paths.storage_url,
+            redact_url(self.paths.storage_url),
             self.engine.describe(),
         )
         base = getattr(self.sampler, "base", None)
@@ -482,22 +505,7 @@ class StudyRunner:
 
     def _stop_confirmation_server(self) -> None:
         """Stop the server of a confirmation whose tuner was killed (it outlived its tuner)."""
-        from autotune.server import ProcessIdentity, stop_identity
-
-        record = self.study.user_attrs.get(STUDY_CONFIRM_PROCESS)
-        if not isinstance(record, dict):
-            return
-        try:
-            identity = ProcessIdentity.from_dict(record)
-        except (KeyError, TypeError, ValueError):
-            identity = None
-        if identity is not None:
-            stopped = stop_identity(identity, term_timeout_s=10.0, kill_timeout_s=10.0)
-            if stopped is not None:
-                log.warning(
-                    "stopped the server of an interrupted confirmation (pid %d)", identity.pid
-                )
-        self.study.set_user_attr(STUDY_CONFIRM_PROCESS, None)
+        stop_confirmation_server(self.study)
 
     def _between_trials(self) -> Interrupted:
         return Interrupted(

@@ -8,7 +8,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ from autotune.study._hooks import pause_at
 from autotune.study._optuna import fixed_params
 from autotune.study._record import (
     STUDY_FINGERPRINT,
+    STUDY_OPTIONS,
     STUDY_SPACE_SOURCE,
     STUDY_TARGET,
     SYS_RERUN_OF,
@@ -66,13 +67,23 @@ class StudyOptions:
 
         Raises:
             ConfigError: a study name unsafe as a file name, an in-memory storage, a count,
-                timeout or seed out of range, an unknown sampler.
+                timeout or seed out of range, an unknown sampler, a ``--space`` or
+                ``--facts`` that is a FIFO, a device or a directory (not a regular file).
         """
+        from autotune.space._schema import special_file
         from autotune.study._choice import SAMPLERS
         from autotune.study._storage import check_storage_url, check_study_name
 
         if self.study_name is not None:
             check_study_name(self.study_name)
+        for option, file in (("--space", self.space_path), ("--facts", self.facts)):
+            what = None if file is None else special_file(file)
+            if what is not None:
+                raise ConfigError(
+                    f"{file} is {what}, not a regular file",
+                    source=option,
+                    hint=f"give {option} the path of a file (YAML) on disk",
+                )
         if self.storage is not None:
             check_storage_url(self.storage)
         for option, value in (("--n-trials", self.n_trials), ("--n-trials", self.more_trials)):
@@ -173,12 +184,13 @@ API_KEY_ENV = "AUTOTUNE_API_KEY"
 def _with_secrets(space: SearchSpace, stored: str) -> SearchSpace:
     """The stored space with the secrets that were redacted from it (``<redacted>``) put back.
 
-    The study keeps its space text with every secret replaced by ``<redacted>``
-    (:func:`autotune.engines.redact_space_text`). On resume the secrets come from the original
-    file when it is still there and differs from the stored text only in them; otherwise each
-    secret ``engine.env`` value is taken from the tuner's environment variable of the same
-    name, and a redacted ``--api-key`` from ``AUTOTUNE_API_KEY``. A secret found nowhere
-    refuses the resume with what to do.
+    The study keeps its space as a normalised dump with every secret, and every ``engine.env``
+    value of a name not known to be safe, replaced by ``<redacted>``
+    (:func:`autotune._redact.redact_space_text`). On resume the secrets come from the original
+    file when it is still there and differs from the stored space only in them (comments and
+    layout aside); otherwise each redacted ``engine.env`` value is taken from the tuner's
+    environment variable of the same name, and a redacted ``--api-key`` from
+    ``AUTOTUNE_API_KEY``. A secret found nowhere refuses the resume with what to do.
 
     Raises:
         StorageError: a redacted secret that neither the file nor the environment supplies.
@@ -194,7 +206,7 @@ def _with_secrets(space: SearchSpace, stored: str) -> SearchSpace:
         text = original.read_text(encoding="utf-8") if original.is_file() else None
     except (OSError, UnicodeDecodeError):
         text = None
-    if text is not None and redact_space_text(text) == stored:
+    if text is not None and _same_data(redact_space_text(text), stored):
         return parse_space(text, source=space.source, base_dir=original.resolve().parent)
     env = dict(spec.env)
     missing: list[str] = []
@@ -228,6 +240,17 @@ def _with_secrets(space: SearchSpace, stored: str) -> SearchSpace:
             "from the environment as listed",
         )
     return dataclasses.replace(space, engine=restored)
+
+
+def _same_data(a: str, b: str) -> bool:
+    """Whether two space texts hold the same YAML data (a study stored before the normalised
+    dump kept the file's comments and layout)."""
+    import yaml
+
+    try:
+        return bool(yaml.safe_load(a) == yaml.safe_load(b))
+    except yaml.YAMLError:
+        return a == b
 
 
 #: Study attribute written last when a study is created: its space, target and first trials are
@@ -277,9 +300,17 @@ def setup_complete(study: optuna.Study) -> bool:
 
 
 def create_or_load(
-    paths: StudyPaths, space: SearchSpace | None, options: StudyOptions, *, resume: bool
+    paths: StudyPaths,
+    space: SearchSpace | None,
+    options: StudyOptions,
+    *,
+    resume: bool,
+    on_loaded: Callable[[optuna.Study], None] | None = None,
 ) -> tuple[optuna.Study, SearchSpace]:
     """Create the study (start) or load it (resume), checking it matches the space.
+
+    ``on_loaded`` (resume) is called with the study as soon as it is loaded, before its space
+    is read and checked (which may refuse the resume).
 
     ``start`` is called under :func:`setup_lock`. A study left half-created by a killed tuner
     (no :data:`STUDY_COMPLETE`) is taken over by ``start`` with the same space (its space
@@ -298,6 +329,8 @@ def create_or_load(
         if paths.name not in existing:
             raise _no_such_study(paths)
         study = optuna.load_study(study_name=paths.name, storage=storage)
+        if on_loaded is not None:
+            on_loaded(study)
         if (
             options.space_path is None
             and stored_space_text(study) is None
@@ -324,6 +357,7 @@ def create_or_load(
                     "finishing its set-up",
                     paths.name,
                 )
+                store_start_options(study, options)
                 _store_space(study, space, paths)
                 return study, space
             log.warning(
@@ -355,6 +389,9 @@ def create_or_load(
             hint=f"join it with `autotune study resume --study-name {paths.name}`, or choose "
             "another --study-name",
         ) from e
+    # the options first, so that a study with anything stored has them (a kill between the
+    # space and the target no longer sends a 3-trial study towards the default 20)
+    store_start_options(study, options)
     pause_at("created")
     _store_space(study, space, paths)
     pause_at("space")
@@ -395,12 +432,38 @@ def _no_such_study(paths: StudyPaths) -> StorageError:
     )
 
 
+#: The target of a study that recorded none (Optuna-style default of ``study start``).
+DEFAULT_TARGET = 20
+
+
+def store_start_options(study: optuna.Study, options: StudyOptions) -> None:
+    """Record what ``study start`` was asked, in one attribute (:data:`STUDY_OPTIONS`): the
+    target (``--n-trials``) and ``--confirm``/``--no-confirm`` (None: as the space says)."""
+    study.set_user_attr(STUDY_OPTIONS, {"n_trials": options.n_trials, "confirm": options.confirm})
+
+
+def start_options(study: optuna.Study) -> dict[str, Any]:
+    """The options ``study start`` recorded (empty for a study from before they were)."""
+    stored = study.user_attrs.get(STUDY_OPTIONS)
+    return dict(stored) if isinstance(stored, dict) else {}
+
+
+def with_start_options(study: optuna.Study, options: StudyOptions) -> StudyOptions:
+    """``options`` of a resume with what it leaves out taken from the study's start: its
+    ``--confirm``/``--no-confirm`` (the target is the stored one, see :func:`set_target`)."""
+    confirm = start_options(study).get("confirm")
+    if options.confirm is None and isinstance(confirm, bool):
+        return dataclasses.replace(options, confirm=confirm)
+    return options
+
+
 def set_target(study: optuna.Study, n_trials: int | None, *, more: int | None = None) -> int:
     """The number of finished trials the study aims for (stored, so resume knows it).
 
     ``n_trials`` is a total (``start --n-trials``, ``resume --target-trials``); ``more`` counts
     from the trials the study has already finished (``resume --n-trials``, as Optuna's
-    ``n_trials`` does). Neither: the stored target. A total below what is already finished is
+    ``n_trials`` does). Neither: the stored target (else the one ``study start`` recorded with
+    its options, else :data:`DEFAULT_TARGET`). A total below what is already finished is
     refused rather than stored, so a mistyped number never lowers a shared study's target.
 
     Raises:
@@ -427,8 +490,10 @@ def set_target(study: optuna.Study, n_trials: int | None, *, more: int | None = 
                 )
         study.set_user_attr(STUDY_TARGET, target)
         return target
-    stored = study.user_attrs.get(STUDY_TARGET)
-    return int(stored) if isinstance(stored, int) else 20
+    for stored in (study.user_attrs.get(STUDY_TARGET), start_options(study).get("n_trials")):
+        if isinstance(stored, int) and not isinstance(stored, bool):
+            return int(stored)
+    return DEFAULT_TARGET
 
 
 def informed_configs(space: SearchSpace, engine: Engine) -> list[dict[str, Any]]:

@@ -1,6 +1,8 @@
 """What a study keeps of the space it was created with, each part where its reader looks.
 
-* The space file's text, secrets redacted, in the study's system attribute
+* The space file's data as a normalised YAML dump (comments dropped, secrets and every
+  ``engine.env`` value of a name not known to be safe redacted: :func:`redact_space_text`;
+  the original text stays only in the user's file), in the study's system attribute
   :data:`SPACE_TEXT_KEY`: ``autotune study resume`` reads it back (without ``--space``) from the
   storage every worker shares, so a second machine joining a PostgreSQL study finds it too.
 * The same text as a study artifact named after the file (``eagle3.yaml``): optuna-dashboard

@@ -1,5 +1,6 @@
-"""Ctrl-C and SIGTERM to a running study: the server is stopped, the running trial is recorded
-honestly and queued again, the tuner exits with 130 and a message; resuming runs it again."""
+"""Ctrl-C, SIGTERM, SIGHUP and SIGQUIT to a running study: the server is stopped, the running
+trial is recorded honestly and queued again, the tuner exits with 130 and a message; resuming
+runs it again."""
 
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ def _assert_clean_exit(run_rc: int, err: str, signame: str, name: str) -> None:
     [
         pytest.param(signal.SIGINT, "startup", id="SIGINT-startup"),
         pytest.param(signal.SIGTERM, "startup", id="SIGTERM-startup"),
+        # a closed terminal or a dropped ssh session; Ctrl-\ (issue 42: both left the server)
+        pytest.param(signal.SIGHUP, "startup", id="SIGHUP-startup"),
+        pytest.param(signal.SIGQUIT, "startup", id="SIGQUIT-startup"),
         pytest.param(signal.SIGINT, "benchmark", id="SIGINT-benchmark"),
     ],
 )

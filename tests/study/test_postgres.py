@@ -93,3 +93,25 @@ def test_study_name_taken_by_another_space_on_postgres(
     no_traceback(refused)
     assert f"study '{name}' already exists with another search space" in refused.err
     assert len(lab.finished(name, postgres_url)) == 1
+
+
+def test_the_debug_log_of_a_postgres_study_has_no_password(
+    lab: StudyLab, postgres_url: str
+) -> None:
+    from urllib.parse import urlsplit
+
+    password = urlsplit(postgres_url).password
+    if not password:
+        pytest.skip("AUTOTUNE_TEST_POSTGRES_URL has no password to hide")
+    name = _name("pg-secret")
+    space = lab.space(name)
+    run = lab.cli(
+        "study", "start", "--space", str(space), "--n-trials", "1", "--storage", postgres_url
+    )
+    assert run.rc == 0, run.show()
+    logs = list((lab.studies / f"{name}-logs").glob("*.log"))
+    assert logs
+    for log in logs:
+        first, *_ = log.read_text().splitlines()
+        assert "postgresql" in first and password not in log.read_text(), first
+    assert password not in run.text

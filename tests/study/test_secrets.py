@@ -197,3 +197,103 @@ def test_all_interfaces_need_expose(lab: StudyLab, bad_input_tried: Callable[[st
     assert run.rc == 0, run.show()
     assert "autotune: warning:" in run.err and "(engine.host)" in run.err
     assert "reachable from other machines" in run.err
+
+
+# --- issue 42: default-deny of the space's environment, comments, URL passwords in logs ------
+
+#: Planted where a user would: an env var of an unknown name (a GitHub token), one whose value
+#: no pattern recognises, and a token in a commented-out line.
+UNKNOWN = {
+    "GITHUB_PAT": "ghp_PLANTEDgithub0a1b2c3d4e5f",
+    "MY_SETTING": "PLANTEDplainvalue42",
+    "commented HF_TOKEN": "hf_PLANTEDcommented9z8y7x",
+}
+
+
+def _unknown_env_space(lab: StudyLab) -> Path:
+    path = lab.space("pat")
+    data = yaml.safe_load(path.read_text())
+    data["engine"]["env"] = {
+        "GITHUB_PAT": UNKNOWN["GITHUB_PAT"],
+        "MY_SETTING": UNKNOWN["MY_SETTING"],
+        "NCCL_DEBUG": "WARN",  # data: kept
+    }
+    text = yaml.safe_dump(data, sort_keys=False).replace(
+        "  env:\n", f"  env:\n    # HF_TOKEN: {UNKNOWN['commented HF_TOKEN']}\n", 1
+    )
+    path.write_text(text + f"# HF_TOKEN: {UNKNOWN['commented HF_TOKEN']}\n")
+    assert text.count("HF_TOKEN") == 1  # (the comment went in)
+    return path
+
+
+def _planted(blob: bytes | str, where: str) -> list[str]:
+    data = blob.encode() if isinstance(blob, str) else blob
+    return [f"{what} in {where}" for what, value in UNKNOWN.items() if value.encode() in data]
+
+
+def test_env_values_of_unknown_names_and_comments_are_never_stored(lab: StudyLab) -> None:
+    import optuna
+
+    space = _unknown_env_space(lab)
+    run = lab.cli("study", "start", "--space", str(space), "--n-trials", "1")
+    assert run.rc == 0, run.show()
+    no_traceback(run)
+    (trial,) = lab.finished("pat")
+    assert trial.user_attrs["outcome"] == "ok", run.show()
+    command = trial.user_attrs["command"]
+    assert "GITHUB_PAT='***'" in command and "MY_SETTING='***'" in command, command
+    assert "NCCL_DEBUG=WARN" in command, command  # a safe name keeps its value
+
+    storage = lab.storage(lab.sqlite_url("pat"))
+    study = optuna.load_study(study_name="pat", storage=storage)
+    system_attrs = storage.get_study_system_attrs(storage.get_study_id_from_name("pat"))
+    stored = system_attrs["autotune:space_text"]
+    assert "#" not in stored  # comments dropped: a normalised dump
+    assert yaml.safe_load(stored)["engine"]["env"] == {
+        "GITHUB_PAT": "<redacted>",
+        "MY_SETTING": "<redacted>",
+        "NCCL_DEBUG": "WARN",
+    }
+    leaks = _planted(json.dumps([study.user_attrs, system_attrs]), "study attributes")
+    leaks += _planted(json.dumps([trial.user_attrs, trial.system_attrs]), "trial attributes")
+
+    as_json = lab.cli("study", "report", "--study-name", "pat", "--json")
+    report = lab.cli("study", "report", "--study-name", "pat")
+    assert as_json.rc == 0 and report.rc == 0, as_json.show() + report.show()
+    for done in (run, as_json, report):
+        leaks += _planted(done.text, f"`autotune {' '.join(done.args[:2])}` output")
+    db_files = sorted(lab.studies.glob("pat.db*"))  # the database, its WAL
+    artifact = lab.studies / "pat-artifacts" / study.user_attrs["autotune:space_artifact"]
+    assert db_files and "<redacted>" in artifact.read_text()
+    # the study resumes with the values from its unchanged file
+    again = lab.cli("study", "resume", "--study-name", "pat", "--n-trials", "1")
+    assert again.rc == 0, again.show()
+    assert [t.user_attrs["outcome"] for t in lab.finished("pat")] == ["ok", "ok"]
+    leaks += _planted(again.text, "`autotune study resume` output")
+
+    # last (closing a file of the database drops this process's SQLite locks on it)
+    for path in sorted(lab.studies.rglob("*")):  # database, artifacts (the space too), logs
+        if path.is_file():
+            leaks += _planted(path.read_bytes(), str(path.relative_to(lab.root)))
+    assert not leaks, leaks
+
+
+def test_the_debug_log_never_holds_a_url_password(tmp_path: Path) -> None:
+    """Every line of the debug log goes through the redaction, the first one (the storage URL)
+    included; with AUTOTUNE_TEST_POSTGRES_URL, test_postgres.py also checks a real study's."""
+    import logging
+
+    from autotune._redact import redact_url
+    from autotune.study._progress import close_debug_log, open_debug_log
+
+    url = "postgresql://u:secretpw@db.example:5432/studies"
+    path = open_debug_log(tmp_path)
+    try:
+        logger = logging.getLogger("autotune.study")
+        logger.info("study %s on %s, %s", "s", url, "sim")  # as the runner's first line, raw
+        logger.warning("cannot reach %s: connection refused", url)
+    finally:
+        close_debug_log(path)
+    text = path.read_text()
+    assert "secretpw" not in text and text.count("postgresql://u:***@db.example") == 2, text
+    assert redact_url(url) == "postgresql://u:***@db.example:5432/studies"
