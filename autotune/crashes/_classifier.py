@@ -26,9 +26,13 @@ from autotune.crashes._lines import evidence_text, normalise, split_segments
 from autotune.crashes._ruleset import (
     CRASH_CATEGORIES,
     TAG_DRAFT,
+    TAG_INNERMOST,
     TAG_LOADING,
+    TAG_UNFINISHED,
+    UNKNOWN_CRASH,
     AdviceContext,
     CrashRules,
+    Move,
 )
 
 _READ_LIMIT = 1 << 16
@@ -41,26 +45,32 @@ class Classification:
     ``category`` is one of :data:`CRASH_CATEGORIES` or :data:`HEALTHY_CATEGORIES`;
     ``evidence`` the deciding log line without its prefixes (at most 500 characters) and
     ``line_number`` its 1-based position in the log (both ``None`` when nothing decided);
-    ``advice`` what to do about it.
+    ``advice`` what to do about it; ``moves`` the knobs the advice moves and which way
+    (``("mem_fraction_static", "raise")``), empty when it names none; ``exit_code`` the server
+    process's exit status where the caller knew it.
     """
 
     category: str
     evidence: str | None
     line_number: int | None
     advice: str
+    moves: tuple[Move, ...] = ()
+    exit_code: int | None = None
 
     @property
     def is_crash(self) -> bool:
         return self.category in CRASH_CATEGORIES
 
-    def to_dict(self) -> dict[str, str | int | bool | None]:
-        """The verdict as plain JSON-ready values."""
+    def to_dict(self) -> dict[str, str | int | bool | list[str] | None]:
+        """The verdict as plain JSON-ready values (a move as ``"raise mem_fraction_static"``)."""
         return {
             "category": self.category,
             "evidence": self.evidence,
             "line_number": self.line_number,
             "advice": self.advice,
+            "moves": [f"{way} {knob}" for knob, way in self.moves],
             "is_crash": self.is_crash,
+            "exit_code": self.exit_code,
         }
 
 
@@ -79,7 +89,16 @@ class LiveClassifier:
     KV-pool message, "Capture cuda graph failed: ...", an argparse error, a CUDA out-of-memory or
     NCCL exception line) and ``None`` for every other line, generic signs of a crash included:
     those are remembered until the cause shows up. :meth:`finish` gives the verdict on everything
-    seen; :attr:`state` the verdict so far.
+    seen, with the process's exit status where the caller knows it; :attr:`state` the verdict so
+    far (the process taken as alive).
+
+    Evidence is weighed strongest first: a line that names its cause (the final exception's type
+    and message, the engine's own memory or start-up message) decides; then the frames of an
+    unfinished traceback (what the code was doing when the excerpt ends); then an exception no rule
+    names, or only generic signs of a crash (``other_crash``, whose advice names no knob). A
+    process known to have exited while nothing in its log decides a crash is ``unknown_crash``;
+    "starting" is the verdict only while the process may still be alive (no exit status known)
+    and no sign of a crash was seen.
     """
 
     def __init__(self, rules: CrashRules) -> None:
@@ -99,6 +118,9 @@ class LiveClassifier:
         self._tb_tags: set[str] = set()
         self._tb_tag_lines: dict[str, _Finding] = {}
         self._after_frame = False
+        self._last_frame = 0
+        self._last_line: _Finding | None = None
+        self._last_error: _Finding | None = None
 
     # --- public ------------------------------------------------------------------------------
     def feed(self, line: str) -> Classification | None:
@@ -115,9 +137,15 @@ class LiveClassifier:
                     decided = True
         return self._classification() if decided else None
 
-    def finish(self) -> Classification:
-        """The verdict on every line fed so far (call it once the process has exited)."""
-        return self._classification()
+    def finish(self, exit_code: int | None = None) -> Classification:
+        """The verdict on every line fed so far (call it once the process has exited).
+
+        ``exit_code``: the process's exit status where the caller knows it (negative: killed by
+        that signal). A process that exited while nothing in its log decides a crash is
+        ``unknown_crash``, never "starting" (a clean exit, 0, after the server was ready or
+        serving keeps that verdict).
+        """
+        return self._classification(exit_code)
 
     @property
     def state(self) -> str:
@@ -153,6 +181,7 @@ class LiveClassifier:
                 return False
         if rules.is_source_marks(line) or rules.is_noise(line):
             return False
+        self._last_line = _Finding("", evidence_text(line), self._line_no)
         if not rules.may_matter(line):
             return False
         settings = rules.settings(line)
@@ -176,6 +205,8 @@ class LiveClassifier:
             return False
         # the frames above an exception line tell what the failing code was doing
         tags = frozenset(self._tb_tags) if exception and self._tb_open else frozenset()
+        if exception is not None or rules.is_strong_crash(line) or rules.is_c10_error(line):
+            self._last_error = _Finding("", evidence_text(line), self._line_no)
         if exception is not None:
             self._tb_open = False
             if rules.is_interruption(exception):
@@ -232,6 +263,7 @@ class LiveClassifier:
         self._phase, self._loading = phase, loading
 
     def _read_frame(self, line: str, path: str, func: str) -> None:
+        self._last_frame = self._line_no
         self._after_frame = True
         self._tb_open = True
         self._tag_frame(line, path, func)
@@ -286,57 +318,74 @@ class LiveClassifier:
         for tag, category in self._rules.tag_hints:
             found = self._tb_tag_lines.get(tag)
             if found is not None:
-                tags = found.tags | frozenset(self._tb_tags)
+                tags = found.tags | frozenset(self._tb_tags) | {TAG_UNFINISHED}
+                if found.line_number >= self._last_frame:
+                    tags |= {TAG_INNERMOST}
                 return _Finding(category, found.evidence, found.line_number, tags)
         return None
 
-    def _verdict(self) -> tuple[str, _Finding | None]:
+    def _verdict(self, exit_code: int | None = None) -> tuple[str, _Finding | None]:
+        # 1. a line that names its cause
         cause = self._best_cause()
         if cause is not None:
             return cause.category, cause
         crash = self._strong or self._medium
         if crash is not None:
+            # 2. the final exception's type and message, no rule's: a crash of a known kind
             if self._generic is not None:
                 return "other_crash", self._generic
+            # 3. the frames of a traceback cut before its exception, or a hint
             hint = self._open_traceback_hint() or self._hint
             if hint is not None:
                 return hint.category, hint
+            # 4. only generic signs of a crash (a wrapper's "hit an exception", a fatal signal):
+            # the crash is certain, its cause is not the tuned settings' to judge
             return "other_crash", crash
-        if self._healthy is not None:
+        exited = exit_code is not None
+        if self._healthy is not None and (not exited or exit_code == 0):
             return self._healthy.category, self._healthy
+        if exited:
+            return UNKNOWN_CRASH, self._last_error or self._last_line
         return "starting", None
 
-    def _classification(self) -> Classification:
-        category, finding = self._verdict()
+    def _classification(self, exit_code: int | None = None) -> Classification:
+        category, finding = self._verdict(exit_code)
         context = AdviceContext(
             category=category,
             evidence=finding.evidence if finding else None,
             settings=dict(self._settings),
             tags=finding.tags if finding else frozenset(),
             phase=self._phase,
+            exit_code=exit_code,
         )
         return Classification(
             category=category,
             evidence=finding.evidence if finding else None,
             line_number=finding.line_number if finding else None,
             advice=self._rules.advise(context),
+            moves=self._rules.moves(context),
+            exit_code=exit_code,
         )
 
 
-def classify_text(text: str, rules: CrashRules) -> Classification:
+def classify_text(text: str, rules: CrashRules, *, exit_code: int | None = None) -> Classification:
     """The verdict of ``rules`` on a whole log given as text (lines end with ``\\n`` or
-    ``\\r\\n``)."""
+    ``\\r\\n``); ``exit_code`` as for :meth:`LiveClassifier.finish`."""
     live = LiveClassifier(rules)
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
     for line in lines:
         live.feed(line)
-    return live.finish()
+    return live.finish(exit_code)
 
 
-def classify_file(path: str | os.PathLike[str], rules: CrashRules) -> Classification:
-    """The verdict of ``rules`` on a log file, read as UTF-8 (undecodable bytes are replaced).
+def classify_file(
+    path: str | os.PathLike[str], rules: CrashRules, *, exit_code: int | None = None
+) -> Classification:
+    """The verdict of ``rules`` on a log file, read as UTF-8 (undecodable bytes are replaced);
+    ``exit_code``: the server process's exit status where the caller knows it (see
+    :meth:`LiveClassifier.finish`).
 
     Raises:
         ConfigError: the file does not exist, is a directory, or cannot be read.
@@ -368,7 +417,7 @@ def classify_file(path: str | os.PathLike[str], rules: CrashRules) -> Classifica
             raise ConfigError(
                 f"log file cannot be read: {e.strerror or e}", source=source, hint=hint
             ) from e
-    return live.finish()
+    return live.finish(exit_code)
 
 
 def _read_lines(handle: BinaryIO) -> Iterator[str]:

@@ -33,6 +33,7 @@ CRASH_CATEGORIES: tuple[str, ...] = (
     "bad_args",
     "port_in_use",
     "other_crash",
+    "unknown_crash",
 )
 #: When a log shows several specific causes, the first of these wins (every engine's order unless
 #: its rules say otherwise). A port taken comes late (a server that died of something else never
@@ -48,6 +49,14 @@ CAUSE_PRIORITY: tuple[str, ...] = (
     "port_in_use",
     "nccl_error",
 )
+#: The crash category of a log whose server is gone (it exited, or the log shows only generic signs
+#: of a crash: a traceback cut before its exception, a wrapper's "hit an exception") while nothing
+#: in it decides why; its advice names what was found and never a knob.
+UNKNOWN_CRASH = "unknown_crash"
+#: A knob and the way a verdict's advice moves it: ``("mem_fraction_static", "raise")``. The
+#: directions are ``raise``, ``lower``, ``enable``, ``disable``, ``change`` (pick another value,
+#: such as another backend), ``fix`` (the value is invalid) and ``check`` (a system setting).
+Move = tuple[str, str]
 #: The verdicts on a log that shows no crash.
 HEALTHY_CATEGORIES: tuple[str, ...] = ("ready", "running", "starting")
 
@@ -55,6 +64,13 @@ HEALTHY_CATEGORIES: tuple[str, ...] = ("ready", "running", "starting")
 #: were being captured; weights were being loaded.
 TAG_DRAFT = "draft"
 TAG_LOADING = "loading"
+#: The verdict comes from the frames of a traceback cut before its exception line: they tell what
+#: the code was doing, not what failed, so advice must not name a cause the frames do not show.
+TAG_UNFINISHED = "unfinished"
+#: With :data:`TAG_UNFINISHED`: the evidence frame is the innermost one the excerpt shows (the
+#: error was raised in it or below it), not one the traceback only passed through (a context
+#: manager's ``yield``, a wrapper).
+TAG_INNERMOST = "innermost"
 
 _FRAME = re.compile(r'^\s*File "([^"]*)"?(?:, line \d*)?(?:, in ([\w<>.]+))?')
 _EXCEPTION = re.compile(
@@ -114,7 +130,9 @@ class AdviceContext:
 
     ``settings`` are values the log shows (``{"mem_fraction_static": "0.88"}``); ``tags`` what
     the failing code was doing (frame tags of the engine's rules, and :data:`TAG_DRAFT`,
-    :data:`TAG_LOADING`); ``phase`` names the last start-up step seen (for ``starting``).
+    :data:`TAG_LOADING`, :data:`TAG_UNFINISHED`); ``phase`` names the last start-up step seen
+    (for ``starting``); ``exit_code`` is the server process's exit status where the caller knows
+    it (negative: killed by that signal).
     """
 
     category: str
@@ -122,6 +140,7 @@ class AdviceContext:
     settings: Mapping[str, str] = field(default_factory=dict)
     tags: frozenset[str] = frozenset()
     phase: str | None = None
+    exit_code: int | None = None
 
     @property
     def draft(self) -> bool:
@@ -173,6 +192,11 @@ class CrashRules(abc.ABC):
     @abc.abstractmethod
     def advise(self, ctx: AdviceContext) -> str:
         """One or two sentences: what happened, in terms of the settings, and what to change."""
+
+    def moves(self, ctx: AdviceContext) -> tuple[Move, ...]:
+        """The knobs :meth:`advise` moves for this verdict, and which way (none by default): the
+        machine-readable form of the advice, checked for direction by the tests."""
+        return ()
 
     def may_matter(self, line: str) -> bool:
         """False for lines no rule looks at (a fast filter: most log lines are neither)."""

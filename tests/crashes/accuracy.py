@@ -4,7 +4,9 @@
     python -m tests.crashes.accuracy tests/engines/vllm/data/heldout --engine vllm
 
 The folder holds ``LABELS.tsv`` (tab-separated, a header row with at least ``file`` and
-``category``); ``--split held_out`` keeps only the rows of that split where the file has one.
+``category``); ``--split held_out`` keeps only the rows of that split where the file has one. A
+row's own ``engine`` column, where the file has one, names the rules that read that log
+(``--engine`` is then the default for rows without one).
 Exit status 0 whatever the figure (it is a measurement, not a check); 2 when the folder or its
 labels cannot be read.
 """
@@ -37,21 +39,29 @@ class Verdict:
 
 def read_labels(folder: Path, split: str | None = None) -> list[tuple[Path, str]]:
     """The (log path, expected category) rows of ``folder/LABELS.tsv``."""
+    return [(path, category) for path, category, _ in _rows(folder, split)]
+
+
+def _rows(folder: Path, split: str | None) -> list[tuple[Path, str, str]]:
     with (folder / "LABELS.tsv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     return [
-        (folder / row["file"], row["category"])
+        (folder / row["file"], row["category"], row.get("engine") or "")
         for row in rows
         if split is None or (row.get("split") or "") == split
     ]
 
 
 def judge(folder: Path, engine: str, split: str | None = None) -> list[Verdict]:
-    """Every labelled log of ``folder`` read by ``engine``'s crash rules."""
-    rules = create_engine(EngineSpec(kind=engine)).crash_rules()
+    """Every labelled log of ``folder`` read by its row's engine's crash rules (``engine``
+    where the row names none)."""
+    rules: dict[str, crashes.CrashRules] = {}
     out = []
-    for path, expected in read_labels(folder, split):
-        result = crashes.classify_file(path, rules)
+    for path, expected, kind in _rows(folder, split):
+        kind = kind or engine
+        if kind not in rules:
+            rules[kind] = create_engine(EngineSpec(kind=kind)).crash_rules()
+        result = crashes.classify_file(path, rules[kind])
         out.append(Verdict(path.name, expected, result.category, result.evidence))
     return out
 

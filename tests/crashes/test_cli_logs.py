@@ -40,7 +40,9 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
         "evidence": "The server is fired up and ready to roll!",
         "line_number": 11,
         "advice": data["advice"],
+        "moves": [],
         "is_crash": False,
+        "exit_code": None,
     }
     assert data["advice"]
 

@@ -1,11 +1,24 @@
 """What a user should do about each verdict on an SGLang log, worded from the log's own evidence
-and in SGLang's flags."""
+and in SGLang's flags.
+
+:func:`advise` gives the sentence, :func:`moves` the knobs it moves and which way: both read the
+same evidence, so that the direction the tests check is the direction the user is told. Advice
+for a verdict read from frames alone (a traceback cut before its exception,
+:data:`~autotune.crashes.TAG_UNFINISHED`) names no cause the frames do not show.
+"""
 
 from __future__ import annotations
 
 import re
 
-from autotune.crashes import CUSTOM_ALL_REDUCE, TAG_LOADING, AdviceContext
+from autotune.crashes import (
+    CUSTOM_ALL_REDUCE,
+    TAG_INNERMOST,
+    TAG_LOADING,
+    TAG_UNFINISHED,
+    AdviceContext,
+    Move,
+)
 from autotune.engines.sglang import _crash_memory as memory
 from autotune.engines.sglang._crash_rules import (
     TAG_KERNEL,
@@ -14,10 +27,104 @@ from autotune.engines.sglang._crash_rules import (
     is_collective_timeout,
 )
 
+_KV_SLOTS_TEXT = re.compile(r"(?:Prefill|Decode|Extend) out of memory\.?", re.I)
+
 _AMBIGUOUS = re.compile(r"ambiguous option: (--?[\w-]+)(?:=\S*)? could match (.+)")
 _UNRECOGNIZED = re.compile(r"unrecognized arguments?: (.+)")
 _BAD_VALUE = re.compile(r"argument (--?[\w-]+(?:/--?[\w-]+)*): (.+)")
 _REQUIRED = re.compile(r"the following arguments are required: (.+)")
+# a flag or a setting's name in an error message: "--enable-deterministic-inference",
+# "kv_cache_dtype", "speculative_num_steps"
+_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*)")
+_SETTING = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+){1,5})\b")
+#: NCCL failing to set up its shared-memory transport: a segment in /dev/shm it cannot create (a
+#: container's 64 MB default), reported as a system error
+_SHM = re.compile(
+    r"/dev/shm|shared memory segment|ncclShmOpen|unhandled system error|ncclSystemError", re.I
+)
+_PIECEWISE = re.compile(r"piecewise|\bPCG\b", re.I)
+_FRAME_LINE = re.compile(r'^\s*File "')
+
+
+def named_argument(evidence: str) -> str | None:
+    """The flag (``--foo-bar``) or setting (``foo_bar``) an argument error's line names."""
+    m = _FLAG.search(evidence)
+    if m is not None:
+        return m.group(1)
+    m = _SETTING.search(evidence)
+    return m.group(1) if m is not None else None
+
+
+def _knob(name: str) -> str:
+    """A flag or setting name as a knob: ``--num-steps`` -> ``num_steps``."""
+    return name.lstrip("-").replace("-", "_")
+
+
+def _decided_by_line(ctx: AdviceContext) -> bool:
+    """The verdict's evidence is a message, not a frame of a traceback cut before its error."""
+    return TAG_UNFINISHED not in ctx.tags and not _FRAME_LINE.match(ctx.evidence or "")
+
+
+def _raised_in_custom_all_reduce(ctx: AdviceContext) -> bool:
+    """Custom all-reduce is where the capture failed: named in the error line, or the innermost
+    frame of a cut traceback (not one it passed through, such as its capture context manager)."""
+    if not CUSTOM_ALL_REDUCE.search(ctx.evidence or ""):
+        return False
+    return _decided_by_line(ctx) or TAG_INNERMOST in ctx.tags
+
+
+def moves(ctx: AdviceContext) -> tuple[Move, ...]:
+    """The knobs :func:`advise` moves for this verdict and which way."""
+    evidence = ctx.evidence or ""
+    category = ctx.category
+    if category == "oom_kv_pool":
+        if memory.is_cuda_oom(evidence):
+            return (("mem_fraction_static", "lower"),)
+        suggested = ctx.settings.get(memory.SUGGESTED)
+        if suggested and _at_least(ctx.settings.get("mem_fraction_static"), suggested):
+            return (("tp_size", "raise"),)
+        return (("mem_fraction_static", "raise"),)
+    if category == "oom_cuda_graph":
+        return (("cuda_graph_max_bs", "lower"), ("mem_fraction_static", "lower"))
+    if category == "oom_runtime":
+        if "alloc_req_slots" in evidence:
+            return (("max_running_requests", "lower"),)
+        if _KV_SLOTS_TEXT.search(evidence) or TAG_KV_SLOTS in ctx.tags:
+            return (("max_running_requests", "lower"), ("mem_fraction_static", "raise"))
+        if TAG_LOADING in ctx.tags:
+            return (("tp_size", "raise"),)
+        return (
+            ("mem_fraction_static", "lower"),
+            ("max_running_requests", "lower"),
+            ("chunked_prefill_size", "lower"),
+        )
+    if category == "unsupported_arch":
+        lower = evidence.lower()
+        if "shared memory" in lower:
+            return (("speculative_eagle_topk", "lower"), ("attention_backend", "change"))
+        if TAG_SYMM_MEM in ctx.tags or "symm" in lower or "multicast" in lower:
+            return (("enable_torch_symm_mem", "disable"),)
+        return (("attention_backend", "change"),)
+    if category == "graph_capture_other":
+        if _raised_in_custom_all_reduce(ctx):
+            return (("custom_all_reduce", "disable"),)
+        if not _decided_by_line(ctx):
+            return ()
+        if _PIECEWISE.search(evidence):
+            return (("piecewise_cuda_graph", "disable"),)
+        return (("cuda_graph", "disable"),)
+    if category == "nccl_error":
+        if re.search(r"nvshmem|connect EPS", evidence, re.I):
+            return (("moe_a2a_backend", "change"),)
+        if _SHM.search(evidence):
+            return (("dev_shm", "check"),)
+        return ()
+    if category == "bad_args":
+        name = named_argument(evidence)
+        return ((_knob(name), "fix"),) if name else ()
+    if category == "port_in_use":
+        return (("port", "change"),)
+    return ()
 
 
 def advise(ctx: AdviceContext) -> str:
@@ -140,7 +247,18 @@ def _arch(ctx: AdviceContext) -> str:
 
 def _capture_other(ctx: AdviceContext) -> str:
     which = "the EAGLE draft model's " if ctx.draft else ""
-    if CUSTOM_ALL_REDUCE.search(ctx.evidence or ""):
+    if not _decided_by_line(ctx) and not _raised_in_custom_all_reduce(ctx):
+        return (
+            f"{which}CUDA-graph capture failed, but the log ends before its error line, so "
+            "the cause (out of memory or not) is not shown: find the exception at the end of the "
+            "server's full log before changing a setting"
+        )
+    if _PIECEWISE.search(ctx.evidence or "") and not CUSTOM_ALL_REDUCE.search(ctx.evidence or ""):
+        return (
+            f"{which}piecewise CUDA-graph capture failed for a reason other than memory: run "
+            "with --disable-piecewise-cuda-graph (memory settings will not help)"
+        )
+    if _raised_in_custom_all_reduce(ctx):
         return (
             f"{which}CUDA-graph capture failed in custom all-reduce (its CUDA kernels or the "
             "registration of the captured graphs' buffers), so memory settings will not help: "
@@ -155,6 +273,13 @@ def _capture_other(ctx: AdviceContext) -> str:
 
 
 def _nccl(ctx: AdviceContext) -> str:
+    if _SHM.search(ctx.evidence or "") and not re.search(r"nvshmem", ctx.evidence or "", re.I):
+        return (
+            "NCCL could not set up its transport between the GPUs on this host (a system call "
+            "failed; most often it cannot create its segment in /dev/shm): give the container "
+            "more shared memory (docker --shm-size or --ipc=host) and rerun with NCCL_DEBUG=INFO; "
+            "this is not a memory, graph or all-reduce setting"
+        )
     if re.search(r"nvshmem|connect EPS", ctx.evidence or "", re.I):
         return (
             "NVSHMEM (DeepEP's communication library) could not connect the GPUs: check the "
@@ -196,9 +321,12 @@ def _bad_args(ctx: AdviceContext) -> str:
     m = _BAD_VALUE.search(evidence)
     if m is not None:
         return f"fix the value of {m.group(1)}: {m.group(2).strip()}"
+    name = named_argument(evidence)
+    if name is not None:
+        return f"SGLang rejected the value of {name} at start-up: fix {name} as the evidence says"
     return (
-        "SGLang rejected this combination of settings at start-up: change the values the "
-        "evidence names (for EAGLE, set steps, top-k and draft tokens together or not at all)"
+        "SGLang refused its arguments at start-up, and the log does not show which one: run "
+        "the launch command by hand to see the error line"
     )
 
 
@@ -215,6 +343,20 @@ def _other(ctx: AdviceContext) -> str:
     return (
         "the server crashed for a reason the tuned settings do not explain: read the evidence "
         "line and the traceback around it"
+    )
+
+
+def _unknown(ctx: AdviceContext) -> str:
+    found = f"the last error line is {ctx.evidence!r}" if ctx.evidence else "it shows no error"
+    if ctx.exit_code is None:
+        how = "the server is gone"
+    elif ctx.exit_code < 0:
+        how = f"the server was killed by signal {-ctx.exit_code}"
+    else:
+        how = f"the server exited with code {ctx.exit_code}"
+    return (
+        f"{how} and nothing in the log says why ({found}): read the full log around that line "
+        "(and dmesg / the container's events for a kill); no setting is implicated by it"
     )
 
 
@@ -241,6 +383,7 @@ _HANDLERS = {
     "bad_args": _bad_args,
     "port_in_use": _port_in_use,
     "other_crash": _other,
+    "unknown_crash": _unknown,
     "ready": _ready,
     "running": _running,
     "starting": _starting,

@@ -115,6 +115,13 @@ _KERNEL_PATHS = re.compile(
 )
 
 
+# a collective between the ranks: torch.distributed's own frames, the tensor-parallel group's
+# all-reduce / all-gather (a traceback cut inside one was waiting on the other ranks)
+_COLLECTIVE = re.compile(
+    r"torch/distributed/|\btensor_model_parallel_all_(?:reduce|gather)\b|\ball_gather_object\b"
+)
+
+
 def frame_tags(path: str, func: str) -> frozenset[str]:
     """What the code of one frame was doing, as far as its file and function tell."""
     p = path.lower()
@@ -148,7 +155,7 @@ def frame_tags(path: str, func: str) -> frozenset[str]:
         or f in ("prepare_server_args", "check_server_args", "from_cli_args")
     ):
         tags.add(TAG_ARGS)
-    if "nccl" in p or "nccl" in f or f in _DIST_INIT_FUNCS:
+    if "nccl" in p or "nccl" in f or f in _DIST_INIT_FUNCS or _COLLECTIVE.search(f"{p} {f}"):
         tags.add(TAG_NCCL)
     if "model_loader" in p or f in ("load_model", "load_weights", "get_model", "create_weights"):
         tags.add(TAG_LOADING)

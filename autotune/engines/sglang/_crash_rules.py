@@ -145,6 +145,13 @@ _ARGPARSE = re.compile(
     r"|\bNo such option: -|\bGot unexpected extra argument"
 )
 _USAGE = re.compile(r"^\s*usage: \S+")
+#: A check that refuses a setting's value and lists the ones it takes ("Invalid kv_cache_dtype:
+#: float16. Valid values are: (...)"), read on an exception line.
+_ARG_VALUE = re.compile(
+    r"\binvalid [a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\bvalid (?:values|choices|options) are\b"
+    r"|\bmust be one of\b",
+    re.I,
+)
 _ARG_EXCEPTIONS = frozenset(
     {
         "AssertionError",
@@ -239,6 +246,8 @@ def specific_cause(
     if m is not None:
         return "unsupported_arch", m.start()
     m = _ARGPARSE.search(line)
+    if m is None and exception is not None and exception[0] in _ARG_EXCEPTIONS:
+        m = _ARG_VALUE.search(line)
     if m is not None:
         return "bad_args", m.start()
     # any other CUDA error while CUDA graphs were being captured (not while loading weights) is

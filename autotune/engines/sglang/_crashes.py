@@ -15,10 +15,10 @@ import re
 from collections.abc import Collection, Mapping
 from typing import ClassVar, Literal
 
-from autotune.crashes import AdviceContext, LineRules, ModuleCrashRules, Progress
+from autotune.crashes import AdviceContext, LineRules, ModuleCrashRules, Move, Progress
 from autotune.engines.sglang import _crash_memory as memory
 from autotune.engines.sglang import _crash_rules as rules
-from autotune.engines.sglang._crash_advice import advise
+from autotune.engines.sglang._crash_advice import advise, moves
 
 READY_TEXT = "The server is fired up and ready to roll"
 _RUNNING = re.compile(r"\b(?:Decode|Prefill) batch\b")
@@ -126,6 +126,9 @@ class SGLangCrashRules(ModuleCrashRules):
 
     def advise(self, ctx: AdviceContext) -> str:
         return advise(ctx)
+
+    def moves(self, ctx: AdviceContext) -> tuple[Move, ...]:
+        return moves(ctx)
 
 
 #: The one :class:`SGLangCrashRules` (it holds no state).

@@ -125,7 +125,16 @@ _ARGPARSE = re.compile(
 )
 #: pydantic's report on one of vLLM's config classes ("1 validation error for SpeculativeConfig").
 _VALIDATION = re.compile(r"\d+ validation errors? for \w*Config\b|\bValue error, ", re.I)
+#: A check that refuses a setting's value and lists the ones it takes ("Invalid kv_cache_dtype:
+#: float16. Valid values are: (...)"), read on an exception line.
+ARG_VALUE = re.compile(
+    r"\binvalid [a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\bvalid (?:values|choices|options) are\b"
+    r"|\bmust be one of\b",
+    re.I,
+)
 _ARG_EXCEPTIONS = frozenset({"ValueError", "TypeError", "NotImplementedError", "ArgumentError"})
+#: Exceptions a check of a setting's value raises.
+_ARG_CHECKS = _ARG_EXCEPTIONS | {"AssertionError", "ArgumentTypeError"}
 _ARG_WORDS = re.compile(
     r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b|\bspeculative\w*|\bnum_speculative_tokens\b"
     r"|\b(?:gpu_memory_utilization|max_num_seqs|max_num_batched_tokens|tensor_parallel_size"
@@ -167,6 +176,13 @@ _DIST_INIT_FUNCS = frozenset(
 )
 
 
+# a collective between the ranks: torch.distributed's own frames, the tensor-parallel group's
+# all-reduce / all-gather (a traceback cut inside one was waiting on the other ranks)
+_COLLECTIVE_FRAME = re.compile(
+    r"torch/distributed/|\btensor_model_parallel_all_(?:reduce|gather)\b|\ball_gather_object\b"
+)
+
+
 def frame_tags(path: str, func: str) -> frozenset[str]:
     """What one traceback frame of vLLM was doing, by its file and function."""
     tags: set[str] = set()
@@ -177,7 +193,7 @@ def frame_tags(path: str, func: str) -> frozenset[str]:
         tags.add(TAG_PROFILE)
     if func in ("load_model", "load_weights") or "model_loader" in path:
         tags.add(TAG_LOADING)
-    if "nccl" in where or func in _DIST_INIT_FUNCS:
+    if "nccl" in where or func in _DIST_INIT_FUNCS or _COLLECTIVE_FRAME.search(where):
         tags.add(TAG_NCCL)
     if (
         "arg_utils" in path
@@ -226,6 +242,8 @@ def specific_cause(
     if m is not None and (exception is not None or re.search(r"error|fail", line, re.I)):
         return "unsupported_arch", m.start()
     m = _ARGPARSE.search(line) or _VALIDATION.search(line)
+    if m is None and exception is not None and exception[0] in _ARG_CHECKS:
+        m = ARG_VALUE.search(line)
     if m is not None:
         return "bad_args", m.start()
     # any other CUDA error while CUDA graphs were being captured (not in the profiling run nor the

@@ -15,9 +15,11 @@ from typing import ClassVar
 
 from autotune.crashes import (
     CUSTOM_ALL_REDUCE,
+    TAG_UNFINISHED,
     AdviceContext,
     LineRules,
     ModuleCrashRules,
+    Move,
     Progress,
 )
 from autotune.engines.vllm import _crash_rules as rules
@@ -107,6 +109,63 @@ class VLLMCrashRules(ModuleCrashRules):
     def advise(self, ctx: AdviceContext) -> str:
         return advise(ctx)
 
+    def moves(self, ctx: AdviceContext) -> tuple[Move, ...]:
+        return moves(ctx)
+
+
+#: NCCL failing to set up its shared-memory transport (a segment in /dev/shm it cannot create),
+#: reported as a system error
+_SHM = re.compile(
+    r"/dev/shm|shared memory segment|ncclShmOpen|unhandled system error|ncclSystemError", re.I
+)
+_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*)")
+_SETTING = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+){1,5})\b")
+_FRAME_LINE = re.compile(r'^\s*File "')
+
+
+def _named_argument(evidence: str) -> str | None:
+    m = _FLAG.search(evidence) or _SETTING.search(evidence)
+    return m.group(1) if m is not None else None
+
+
+def _decided_by_line(ctx: AdviceContext) -> bool:
+    evidence = strip_prefix(ctx.evidence or "")
+    return TAG_UNFINISHED not in ctx.tags and not _FRAME_LINE.match(evidence)
+
+
+def moves(ctx: AdviceContext) -> tuple[Move, ...]:
+    """The knobs :func:`advise` moves for this verdict and which way."""
+    evidence = ctx.evidence or ""
+    category = ctx.category
+    if category == "oom_kv_pool":
+        if rules.MAX_MODEL_LEN.search(evidence) and "No available memory" not in evidence:
+            return (("gpu_memory_utilization", "raise"), ("max_model_len", "lower"))
+        return (("gpu_memory_utilization", "raise"),)
+    if category == "oom_cuda_graph":
+        return (("cudagraph_capture_size", "lower"), ("max_num_seqs", "lower"))
+    if category == "oom_runtime":
+        if rules.FREE_MEMORY.search(evidence):
+            return (("gpu_memory_utilization", "lower"),)
+        return (("max_num_batched_tokens", "lower"), ("max_num_seqs", "lower"))
+    if category == "graph_capture_other":
+        if not _decided_by_line(ctx):
+            return ()
+        if CUSTOM_ALL_REDUCE.search(evidence):
+            return (("custom_all_reduce", "disable"),)
+        return (("enforce_eager", "enable"),)
+    if category == "unsupported_arch":
+        if re.search(r"bfloat16|float16|dtype", evidence, re.I):
+            return (("dtype", "change"),)
+        return (("attention_backend", "change"),)
+    if category == "nccl_error":
+        return (("dev_shm", "check"),) if _SHM.search(evidence) else ()
+    if category == "bad_args":
+        name = _named_argument(evidence)
+        return ((name.lstrip("-").replace("-", "_"), "fix"),) if name else ()
+    if category == "port_in_use":
+        return (("port", "change"),)
+    return ()
+
 
 def advise(ctx: AdviceContext) -> str:
     """One or two sentences in vLLM's knobs: what happened and what to change."""
@@ -145,6 +204,12 @@ def advise(ctx: AdviceContext) -> str:
             "GPU."
         )
     if category == "graph_capture_other":
+        if not _decided_by_line(ctx):
+            return (
+                "CUDA-graph capture failed, but the log ends before its error line, so the cause "
+                "(out of memory or not) is not shown: find the exception at the end of the full "
+                "log before changing a setting."
+            )
         if CUSTOM_ALL_REDUCE.search(evidence):
             return (
                 "CUDA-graph capture failed in custom all-reduce (not for memory): run with "
@@ -152,13 +217,24 @@ def advise(ctx: AdviceContext) -> str:
             )
         return "CUDA-graph capture failed (not for memory): run with --enforce-eager to confirm."
     if category == "unsupported_arch":
+        if re.search(r"bfloat16|float16|dtype", evidence, re.I):
+            return "This GPU does not support the model's dtype: run with --dtype half."
         return "A kernel does not support this GPU: choose another attention backend or method."
     if category == "nccl_error":
+        if _SHM.search(evidence):
+            return (
+                "NCCL could not set up its transport on this host (a system call failed; most "
+                "often it cannot create its segment in /dev/shm): give the container more shared "
+                "memory (--shm-size or --ipc=host) and rerun with NCCL_DEBUG=INFO."
+            )
         return (
             "NCCL failed between the GPUs: if another rank crashed first its cause is the real "
             "one; otherwise try allreduce nccl (--disable-custom-all-reduce) or NCCL_P2P_DISABLE=1."
         )
     if category == "bad_args":
+        name = _named_argument(evidence)
+        if name:
+            return f"vLLM refused its arguments: fix {name} as the deciding line says."
         return "vLLM refused its arguments: fix the flag or value the deciding line names."
     if category == "port_in_use":
         return "The port is taken by another program: free it or choose engine.port."
@@ -166,6 +242,18 @@ def advise(ctx: AdviceContext) -> str:
         return f"The server had not finished starting (last step: {ctx.phase or 'unknown'})."
     if category in ("ready", "running"):
         return "The server started and served; no crash in this log."
+    if category == "unknown_crash":
+        found = f"the last error line is {evidence!r}" if evidence else "it shows no error"
+        if ctx.exit_code is None:
+            how = "The server is gone"
+        elif ctx.exit_code < 0:
+            how = f"The server was killed by signal {-ctx.exit_code}"
+        else:
+            how = f"The server exited with code {ctx.exit_code}"
+        return (
+            f"{how} and nothing in the log says why ({found}): read the full log around that "
+            "line; no setting is implicated by it."
+        )
     return "The server died without a known cause: read the deciding line and the log around it."
 
 
