@@ -75,7 +75,7 @@ class _ExitOnly:
     def feed(self, line: str) -> _Verdict | None:
         return None
 
-    def finish(self) -> _Verdict:
+    def finish(self, exit_code: int | None = None) -> _Verdict:
         return self._Verdict("other_crash", None, True)
 
 

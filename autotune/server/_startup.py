@@ -69,7 +69,7 @@ class LineClassifier(Protocol):
 
     def feed(self, line: str) -> Classification | None: ...
 
-    def finish(self) -> Classification: ...
+    def finish(self, exit_code: int | None = None) -> Classification: ...
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def wait_for_startup(
             code = proc.poll()
             if code is not None:
                 crash = scan(follower.read_new_lines(final=True))
-                verdict = crash if crash is not None else classifier.finish()
+                verdict = crash if crash is not None else classifier.finish(exit_code=code)
                 if verdict.is_crash:
                     return result(
                         "crashed",

@@ -222,7 +222,9 @@ class TrialRunner:
             )
             record.failure_line = startup.failure_line
             if files.server_log is not None and record.outcome is not Outcome.TIMEOUT:
-                record.advice = classify_file(files.server_log, self.engine.crash_rules()).advice
+                record.advice = classify_file(
+                    files.server_log, self.engine.crash_rules(), exit_code=startup.exit_code
+                ).advice
             elif record.outcome is Outcome.TIMEOUT:
                 record.advice = (
                     f"the server did not become ready within {timeouts.startup_s:.0f} s; "
@@ -292,7 +294,11 @@ class TrialRunner:
     ) -> None:
         proc.poll()
         rules = self.engine.crash_rules()
-        verdict = classify_file(files.server_log, rules) if files.server_log else None
+        verdict = (
+            classify_file(files.server_log, rules, exit_code=proc.poll())
+            if files.server_log
+            else None
+        )
         if verdict is not None and verdict.is_crash:
             record.outcome = Outcome.of_crash(verdict.category)
             record.failure_line = verdict.evidence

@@ -72,7 +72,7 @@ class SubstringClassifier:
             self.last_error = line
         return None
 
-    def finish(self) -> Verdict:
+    def finish(self, exit_code: int | None = None) -> Verdict:
         if self.traceback:
             return Verdict("other_crash", self.last_error, True)
         return Verdict("unknown", None, False)
