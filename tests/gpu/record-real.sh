@@ -2,10 +2,11 @@
 # Record a real SGLang's behaviour for tests/data/real/ (tests/gpu/README.md), on a GPU box:
 #   bash tests/gpu/record-real.sh smoke   # smoke, then noise: 5 runs on one server, a restart
 #   bash tests/gpu/record-real.sh study   # the gpu tier: a real study of real-h100-tiny.yaml
+#   bash tests/gpu/record-real.sh all     # smoke, then the study, in one call
 # Everything goes under $RECORD (default /tmp/realrun) and is packed into $OUT/realrun-PHASE.tgz
 # (model weights left out) when $OUT is set.
 set -uo pipefail
-phase="${1:?smoke or study}"
+phase="${1:?smoke, study or all}"
 R="${RECORD:-/tmp/realrun}"
 mkdir -p "$R"
 # shellcheck disable=SC1091
@@ -27,6 +28,15 @@ case "$phase" in
         echo "noise-$n exit $?"; tail -c 800 "$R/noise-$n.out"
       done
     fi
+    ;;
+  all)
+    # smoke first (its cold start pays flashinfer's JIT), then the study in what is left
+    start=$SECONDS
+    timeout 200 python3 -m autotune smoke --space "$space" --dir "$R/smoke" --json >"$R/smoke.json" 2>"$R/smoke.err"
+    echo "smoke exit $? after $((SECONDS - start)) s"; python3 -c "import json,sys; [print(s['name'], s['passed'], s['detail']) for s in json.load(open(sys.argv[1]))['steps']]" "$R/smoke.json"
+    left=$(( ${BUDGET_S:-560} - (SECONDS - start) ))
+    AUTOTUNE_GPU_TRIALS="${AUTOTUNE_GPU_TRIALS:-6}" AUTOTUNE_GPU_KEEP="$R" timeout "$left" python3 -m pytest tests/gpu -q -x -p no:cacheprovider \
+      -k real_study -o addopts="" 2>&1 | tee "$R/pytest-study.txt" | tail -30
     ;;
   study)
     AUTOTUNE_GPU_KEEP="$R" timeout "${STUDY_TIMEOUT:-540}" python3 -m pytest tests/gpu -q -x -p no:cacheprovider \
