@@ -30,13 +30,18 @@ case "$phase" in
     fi
     ;;
   all)
-    # smoke first (its cold start pays flashinfer's JIT), then the study in what is left
+    # the study first, then smoke in what is left (its server starts are warm by then)
     start=$SECONDS
-    timeout 200 python3 -m autotune smoke --space "$space" --dir "$R/smoke" --json >"$R/smoke.json" 2>"$R/smoke.err"
-    echo "smoke exit $? after $((SECONDS - start)) s"; python3 -c "import json,sys; [print(s['name'], s['passed'], s['detail']) for s in json.load(open(sys.argv[1]))['steps']]" "$R/smoke.json"
+    AUTOTUNE_GPU_TRIALS="${AUTOTUNE_GPU_TRIALS:-6}" AUTOTUNE_GPU_KEEP="$R" timeout "${STUDY_TIMEOUT:-420}" \
+      python3 -m pytest tests/gpu -q -x -p no:cacheprovider -k real_study -o addopts="" 2>&1 \
+      | tee "$R/pytest-study.txt" | tail -30
+    snap after-study
     left=$(( ${BUDGET_S:-560} - (SECONDS - start) ))
-    AUTOTUNE_GPU_TRIALS="${AUTOTUNE_GPU_TRIALS:-6}" AUTOTUNE_GPU_KEEP="$R" timeout "$left" python3 -m pytest tests/gpu -q -x -p no:cacheprovider \
-      -k real_study -o addopts="" 2>&1 | tee "$R/pytest-study.txt" | tail -30
+    if (( left > 90 )); then
+      timeout "$left" python3 -m autotune smoke --space "$space" --dir "$R/smoke" --json >"$R/smoke.json" 2>"$R/smoke.err"
+      echo "smoke exit $? after $((SECONDS - start)) s"
+      python3 -c "import json,sys; [print(s['name'], s['passed'], s['detail']) for s in json.load(open(sys.argv[1]))['steps']]" "$R/smoke.json"
+    fi
     ;;
   study)
     AUTOTUNE_GPU_KEEP="$R" timeout "${STUDY_TIMEOUT:-540}" python3 -m pytest tests/gpu -q -x -p no:cacheprovider \
