@@ -82,6 +82,8 @@ def test_real_study_reaches_every_outcome(
         )
     studies = _folder(tmp_path, "studies")
     trials = os.environ.get("AUTOTUNE_GPU_TRIALS", "7")
+    # AUTOTUNE_GPU_CONFIRM=0: the search alone (a box whose time allows no confirmation rounds)
+    confirm = os.environ.get("AUTOTUNE_GPU_CONFIRM", "1") != "0"
     code = main(
         [
             "study",
@@ -96,6 +98,7 @@ def test_real_study_reaches_every_outcome(
             "--no-progress",
             "--seed",
             "1",
+            "--confirm" if confirm else "--no-confirm",
         ]
     )
     assert code == 0
@@ -127,5 +130,5 @@ def test_real_study_reaches_every_outcome(
     assert any(r["outcome"] == "oom_kv_pool" for r in rows)
     # the lower fraction is refused from the memory lines of the starts before it
     assert any(r["outcome"] == "infeasible" and "oom_kv_pool" in (r["advice"] or "") for r in rows)
-    assert report["verdict"] is not None
+    assert (report["verdict"] is not None) == confirm
     assert _servers() == []
