@@ -17,11 +17,13 @@ snap "$phase-before"
 ngram='{"speculative_algorithm": "NGRAM", "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8, "cuda_graph_max_bs": 16, "mem_fraction_static": 0.3}'
 case "$phase" in
   smoke)
-    timeout 240 python3 -m autotune smoke --space "$space" --dir "$R/smoke" --json >"$R/smoke.json" 2>"$R/smoke.err"
+    timeout "${SMOKE_TIMEOUT:-240}" python3 -m autotune smoke --space "$space" --dir "$R/smoke" --json >"$R/smoke.json" 2>"$R/smoke.err"
     echo "smoke exit $?"; python3 -c "import json,sys; [print(s['name'], s['passed'], s['detail']) for s in json.load(open(sys.argv[1]))['steps']]" "$R/smoke.json"
     snap after-smoke
-    timeout 150 python3 tests/gpu/record_server.py --space "$space" --config "$ngram" --runs 5 --out "$R/noise-1" >"$R/noise-1.out" 2>&1
-    echo "noise-1 exit $?"; tail -c 1500 "$R/noise-1.out"
+    if [[ "${NOISE_RUNS:-5}" -gt 0 ]]; then
+      timeout 150 python3 tests/gpu/record_server.py --space "$space" --config "$ngram" --runs "${NOISE_RUNS:-5}" --out "$R/noise-1" >"$R/noise-1.out" 2>&1
+      echo "noise-1 exit $?"; tail -c 1500 "$R/noise-1.out"
+    fi
     if [[ "${NOISE_RESTARTS:-0}" -gt 0 ]]; then
       for n in $(seq 2 $((NOISE_RESTARTS + 1))); do
         timeout 100 python3 tests/gpu/record_server.py --space "$space" --config "$ngram" --runs 3 --out "$R/noise-$n" >"$R/noise-$n.out" 2>&1
