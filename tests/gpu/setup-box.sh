@@ -13,7 +13,7 @@ if [[ ! -f "$target/.bundle-manifest.json" ]]; then
 fi
 export PYTHONPATH="$target:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export FLASHINFER_CUDA_ARCH_LIST="${FLASHINFER_CUDA_ARCH_LIST:-9.0a}"
-if [[ ! -f /tmp/autotune-real/model/model.safetensors ]]; then
+if [[ "${MAKE_STUDY_MODEL:-1}" != 0 && ! -f /tmp/autotune-real/model/model.safetensors ]]; then
   "$PYTHON" -m autotune make-tiny-model /tmp/autotune-real/model \
     --layers 8 --hidden 2048 --heads 16 --intermediate 5632
 fi
