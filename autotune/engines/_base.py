@@ -70,6 +70,10 @@ class Engine(abc.ABC):
     #: (:class:`autotune.sim.SimModel`'s ``engine``): for the search benchmark, which runs a
     #: space on the simulator's model.
     simulator: ClassVar[tuple[str, str]] = ("sim", "sglang")
+    #: Whether the server runs the checkpoint at ``model_path`` (False: a simulated server, whose
+    #: figures come from its profile whatever files the path holds; any draft algorithm of the
+    #: profile then runs on a stand-in model, as ``autotune smoke`` uses it).
+    runs_checkpoint: ClassVar[bool] = True
 
     def __init__(self, spec: EngineSpec) -> None:
         self.spec = spec

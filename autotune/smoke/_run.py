@@ -100,10 +100,20 @@ class SmokeReport:
 STEPS = ("engine", "model", "start", "benchmark", "stop", "low fraction")
 
 
-def smoke_config(space: SearchSpace, model_path: str) -> tuple[ServerConfig, str]:
-    """The configuration the smoke start runs, and a note on how it was chosen."""
+def smoke_config(
+    space: SearchSpace, model_path: str, *, runs_checkpoint: bool = True
+) -> tuple[ServerConfig, str]:
+    """The configuration the smoke start runs, and a note on how it was chosen.
+
+    ``runs_checkpoint``: the engine runs the tiny model's files (a real server), so only what a
+    tiny model can run is chosen; False (a simulated server): the space's own algorithm runs.
+    """
     base = space.baseline_config()
     algorithms = _space_algorithms(space)
+    if not runs_checkpoint:
+        own = next((a for a in algorithms if a != "none"), None)
+        if own is not None:
+            return base.replace(speculative_algorithm=own), "the simulated server's own draft"
     chosen = next((a for a in algorithms if a in _TINY_ALGORITHMS), None)
     note = ""
     if chosen is None and any(a != "none" for a in algorithms):
@@ -129,11 +139,10 @@ def smoke_config(space: SearchSpace, model_path: str) -> tuple[ServerConfig, str
 
 def _space_algorithms(space: SearchSpace) -> list[str]:
     fixed = space.fixed.get("speculative_algorithm")
-    if fixed is not None:
-        return [str(fixed).upper()]
     param = space.parameter("speculative_algorithm")
     choices = getattr(param, "choices", None) if param is not None else None
-    return [str(c).upper() for c in choices or ()]
+    found = [fixed] if fixed is not None else list(choices or ())
+    return ["none" if str(a).lower() == "none" else str(a).upper() for a in found]
 
 
 class _Smoke:
@@ -200,7 +209,9 @@ class _Smoke:
                 seconds=time.monotonic() - started,
             )
         )
-        config, note = smoke_config(self.space, str(model_dir))
+        config, note = smoke_config(
+            self.space, str(model_dir), runs_checkpoint=engine.runs_checkpoint
+        )
         if not self._serve(engine, config, note):
             return self.report()
         self._low_fraction(engine, config)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from autotune._errors import ConfigError
 from autotune.engines._base import Hardware
@@ -17,6 +17,8 @@ class ProfileFacts:
     (for an adapter of the simulated server; ``spec`` is the adapter's engine section)."""
 
     spec: EngineSpec
+    #: A simulated server's figures come from the profile, not from the files at model_path.
+    runs_checkpoint: ClassVar[bool] = False
 
     def hardware(self) -> Hardware:
         """The simulated GPUs, from the profile (unknown fields when it has none)."""
