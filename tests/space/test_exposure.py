@@ -96,6 +96,7 @@ def test_dashboard_on_all_interfaces_warns(
     import optuna_dashboard
 
     from autotune.report._dashboard import serve_dashboard
+    from autotune.server import find_free_port
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies = tmp_path / "studies"
@@ -104,6 +105,7 @@ def test_dashboard_on_all_interfaces_warns(
     served: list[str] = []
     monkeypatch.setattr(optuna_dashboard, "run_server", lambda *a, **k: served.append(k["host"]))
     out = io.StringIO()
+    free = find_free_port("127.0.0.1")  # (port 0 is refused: it would serve on a random port)
     for host in ("127.0.0.1", "0.0.0.0"):
         serve_dashboard(
             study_name="d",
@@ -111,7 +113,7 @@ def test_dashboard_on_all_interfaces_warns(
             studies_dir=studies,
             artifacts_dir=None,
             host=host,
-            port=0,
+            port=free,
             out=out,
         )
         err = capsys.readouterr().err
