@@ -222,7 +222,6 @@ class _Smoke:
 
     # --- the served start ----------------------------------------------------------------------
     def _serve(self, engine: Engine, config: ServerConfig, note: str) -> bool:
-        from autotune.bench import BenchmarkClient, ClientOptions, measure_sync
         from autotune.server import find_free_port
 
         spec = engine.spec
@@ -261,9 +260,7 @@ class _Smoke:
                         seconds=startup.startup_s,
                     )
                 )
-                self._benchmark(
-                    engine, launch, config, BenchmarkClient, ClientOptions, measure_sync
-                )
+                self._benchmark(engine, launch, config)
         stop = server.stop_step("stop")
         self.add(stop)
         if not startup.ready:
@@ -271,13 +268,15 @@ class _Smoke:
             return False
         return bool(stop.passed)
 
-    def _benchmark(self, engine, launch, config, client_cls, options_cls, measure) -> None:  # type: ignore[no-untyped-def]
+    def _benchmark(self, engine: Engine, launch: LaunchSpec, config: ServerConfig) -> None:
+        from autotune.bench import BenchmarkClient, ClientOptions, measure_sync
+
         started = time.monotonic()
-        options = options_cls.from_timeouts(
+        options = ClientOptions.from_timeouts(
             engine.spec.timeouts, headers=launch.auth_headers, server_api=engine.server_api()
         )
         try:
-            measurement = measure(client_cls(launch.url, options), SMOKE_WORKLOAD)
+            measurement = measure_sync(BenchmarkClient(launch.url, options), SMOKE_WORKLOAD)
         except AutotuneError as e:
             self.add(SmokeStep("benchmark", False, str(e), seconds=time.monotonic() - started))
             return
