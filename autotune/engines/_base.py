@@ -91,6 +91,12 @@ class Engine(abc.ABC):
         return spec
 
     @classmethod
+    def fills_speculative_numbers(cls, algorithm: str) -> bool:
+        """Whether the engine fills in whichever of :attr:`speculative_numbers` a launch leaves
+        out under ``algorithm`` (so a space may set some of them); False: all set or none."""
+        return False
+
+    @classmethod
     def owned_flag(cls, arg: str) -> tuple[str, str] | None:
         """The launch flag that the ``extra_args`` word ``arg`` would set although the tuner sets
         it itself, and the space key that decides it (``("--port", "engine.port")``); else None.

@@ -29,8 +29,10 @@ def check_shape(
     tuned = {p.name: p for p in params}
     numbers = engine.speculative_numbers
     named = [k for k in numbers if k in tuned or fixed.get(k) is not None]
+    algorithms = [a for a in _algorithms(fixed, tuned) if a != "none"]
+    fills = bool(algorithms) and all(engine.fills_speculative_numbers(str(a)) for a in algorithms)
     if named:
-        _check_numbers(root, numbers, named, fixed, tuned)
+        _check_numbers(root, numbers, named, fixed, tuned, fills=fills)
     _check_draft(root, engine, fixed, tuned)
 
 
@@ -45,10 +47,12 @@ def _check_numbers(
     named: list[str],
     fixed: Mapping[str, Any],
     tuned: Mapping[str, ParamSpec],
+    *,
+    fills: bool = False,
 ) -> None:
     sec = root.section("parameters" if named[0] in tuned else "fixed")
     missing = [k for k in numbers if k not in named]
-    if missing:
+    if missing and not fills:
         raise sec.error(
             f"{', '.join(missing)} not set: SGLang takes the three speculative numbers "
             "all set or none",

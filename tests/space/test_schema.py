@@ -581,3 +581,22 @@ def test_any_wrong_value_is_a_config_error() -> None:
                 parse_space(yaml.dump(data, Dumper=_DUMPER), source="g.yaml")
             except ConfigError as e:
                 assert str(e).startswith("g.yaml:"), (path, value, str(e))
+
+
+@pytest.mark.parametrize("kind", ["sim", "sglang"])
+def test_ngram_takes_some_speculative_numbers(tmp_path: Path, kind: str) -> None:
+    # SGLang fills NGRAM's steps and top-k itself; EAGLE3 beside it in the choices still needs all
+    engine = "engine:\n  kind: sglang\n  check_paths: false\n  model_path: org/m\n"
+    ngram = (
+        "fixed:\n  speculative_algorithm: NGRAM\n"
+        "parameters:\n  speculative_num_draft_tokens: {type: int, low: 2, high: 8}\n"
+    )
+    head = engine if kind == "sglang" else ""
+    space = parse_space(head + ngram, source="ngram.yaml", base_dir=tmp_path)
+    assert [p.name for p in space.parameters] == ["speculative_num_draft_tokens"]
+    mixed = ngram.replace("fixed:\n  speculative_algorithm: NGRAM\n", "").replace(
+        "parameters:\n", "parameters:\n  speculative_algorithm: {choices: [NGRAM, EAGLE3]}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_space(head + mixed, source="mixed.yaml", base_dir=tmp_path)
+    assert "(parameters.speculative_num_draft_tokens)" in (info.value.location or "")

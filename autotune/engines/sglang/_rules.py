@@ -128,8 +128,7 @@ def check_rules(config: ServerConfig, *, own_adaptive_config: bool = False) -> I
             "bad_args",
             "attention_backend",
         )
-    # NGRAM takes any of the three: SGLang sets its top-k to the BFS breadth, its draft tokens to
-    # 12 and its steps to draft tokens // top-k where unset (0.5.17's _handle_ngram)
+    # NGRAM takes any of the three (SGLangRules.fills_speculative_numbers)
     partial = given and len(given) < len(SPECULATIVE_NUMBERS)
     if partial and config.speculative_algorithm != "NGRAM":
         missing = next(k for k in SPECULATIVE_NUMBERS if k not in given)
@@ -327,6 +326,12 @@ class SGLangRules(Engine):
     @classmethod
     def owned_flag(cls, arg: str) -> tuple[str, str] | None:
         return owned_flag(arg)
+
+    @classmethod
+    def fills_speculative_numbers(cls, algorithm: str) -> bool:
+        # NGRAM: SGLang sets its top-k to the BFS breadth, its draft tokens to 12 and its steps to
+        # draft tokens // top-k where unset (0.5.17's _handle_ngram)
+        return algorithm == "NGRAM"
 
     def check_rules(self, config: ServerConfig) -> Infeasible | None:
         own = any(a.split("=", 1)[0] == ADAPTIVE_CONFIG_FLAG for a in self.spec.extra_args)
