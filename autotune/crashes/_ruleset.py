@@ -47,12 +47,48 @@ CAUSE_PRIORITY: tuple[str, ...] = (
     "unsupported_arch",
     "bad_args",
     "port_in_use",
+    "other_crash",
     "nccl_error",
 )
 #: The crash category of a log whose server is gone (it exited, or the log shows only generic signs
 #: of a crash: a traceback cut before its exception, a wrapper's "hit an exception") while nothing
 #: in it decides why; its advice names what was found and never a knob.
 UNKNOWN_CRASH = "unknown_crash"
+#: The kinds of evidence a verdict can rest on, strongest first: the final exception's type and
+#: message (or a line that names its cause as plainly: an argparse error, NCCL's own error line);
+#: the frame the exception was raised in (the innermost one a cut traceback shows; a frame the
+#: traceback only passed through, such as a capture context or a wrapper, decides nothing); the
+#: engine's own memory and start-up messages (a KV budget at or below zero, "Capture cuda graph
+#: begin"); the process's state (exited with a code, killed by a signal, alive).
+EVIDENCE_KINDS: tuple[str, ...] = ("exception", "raise_frame", "engine_message", "process_state")
+#: Which evidence may decide each crash category (the same for every engine); the classifier gives
+#: a category from a cut traceback's frames only where ``raise_frame`` is listed (``other_crash``
+#: needs the final error's own words). A category the log does not decide is not given: the
+#: verdict falls to :data:`UNKNOWN_CRASH` when a crash is certain (a traceback, a fatal line, a
+#: process known to be gone) and to "starting" otherwise. ``engine_message``: the engine's memory
+#: and start-up lines (a KV budget at or below zero, CUDA-graph capture under way).
+DECIDED_BY: Mapping[str, tuple[str, ...]] = {
+    "oom_kv_pool": ("exception", "raise_frame", "engine_message"),
+    "oom_cuda_graph": ("exception", "raise_frame", "engine_message"),
+    "oom_runtime": ("exception", "raise_frame"),
+    "unsupported_arch": ("exception", "raise_frame"),
+    "graph_capture_other": ("exception", "raise_frame", "engine_message"),
+    "nccl_error": ("exception", "raise_frame"),
+    "bad_args": ("exception", "raise_frame"),
+    "port_in_use": ("exception", "raise_frame"),
+    "other_crash": ("exception",),
+    "unknown_crash": ("process_state",),
+}
+#: Crash causes that no tuned setting cures, named by the final error's message the same way for
+#: every engine (``other_crash``): the engine does not serve the model's architecture; a compiled
+#: extension does not load (an installation whose parts do not match); the host ran out of memory
+#: (its OOM killer ended the job, or torch's CPU allocator failed).
+NOT_A_SETTING = re.compile(
+    r"Model architectures?\b.{0,300}?\bnot supported"
+    r"|\bundefined symbol: \w|Could not load any common_ops library"
+    r"|\boom[-_]kill\b|\btask \d+: Out Of Memory|CPUAllocator: not enough memory",
+    re.I,
+)
 #: A knob and the way a verdict's advice moves it: ``("mem_fraction_static", "raise")``. The
 #: directions are ``raise``, ``lower``, ``enable``, ``disable``, ``change`` (pick another value,
 #: such as another backend), ``fix`` (the value is invalid) and ``check`` (a system setting).
@@ -222,6 +258,12 @@ class CrashRules(abc.ABC):
         """Which way the static memory fraction must move to cure a crash of ``category`` whose
         deciding line was ``evidence``, or ``None`` when the verdict does not say (by default)."""
         return None
+
+    def not_a_setting(self, line: str) -> int | None:
+        """Where a line names a crash cause no tuned setting cures (:data:`NOT_A_SETTING`:
+        ``other_crash``), or ``None``."""
+        m = NOT_A_SETTING.search(line)
+        return m.start() if m is not None else None
 
     def pick_cause(self, found: Collection[str]) -> tuple[str, str] | None:
         """The verdict among the specific causes ``found``: ``(category, category whose
