@@ -19,6 +19,7 @@ from autotune.crashes._classifier import (
 )
 from autotune.crashes._module_rules import LineMarks, LineRules, ModuleCrashRules
 from autotune.crashes._ruleset import (
+    BACKEND_REFUSED,
     CAUSE_PRIORITY,
     CRASH_CATEGORIES,
     CUDA_ERROR,
@@ -26,6 +27,7 @@ from autotune.crashes._ruleset import (
     DECIDED_BY,
     EVIDENCE_KINDS,
     HEALTHY_CATEGORIES,
+    KERNEL_SHAPE,
     NOT_A_SETTING,
     TAG_DRAFT,
     TAG_INNERMOST,
@@ -39,6 +41,7 @@ from autotune.crashes._ruleset import (
 )
 
 __all__ = [
+    "BACKEND_REFUSED",
     "CAUSE_PRIORITY",
     "CRASH_CATEGORIES",
     "CUDA_ERROR",
@@ -46,6 +49,7 @@ __all__ = [
     "DECIDED_BY",
     "EVIDENCE_KINDS",
     "HEALTHY_CATEGORIES",
+    "KERNEL_SHAPE",
     "NOT_A_SETTING",
     "TAG_DRAFT",
     "TAG_INNERMOST",

@@ -218,9 +218,7 @@ class LiveClassifier:
                 return False
         cause = rules.specific_cause(line, exception, tags, self._capture is not None)
         if cause is None and (exception is not None or rules.is_strong_crash(line)):
-            at = rules.not_a_setting(line)
-            if at is not None:
-                cause = ("other_crash", at)
+            cause = rules.shared_cause(line)
         if cause is not None:
             category, at = cause
             if category not in self._causes:

@@ -89,6 +89,17 @@ NOT_A_SETTING = re.compile(
     r"|\boom[-_]kill\b|\btask \d+: Out Of Memory|CPUAllocator: not enough memory",
     re.I,
 )
+#: A kernel that does not support the model's shapes ("This flash attention build does not support
+#: headdim not being a multiple of 32", "Unsupported head_dim: 96"): the backend must change, as
+#: for a kernel that does not support the GPU (``unsupported_arch``).
+KERNEL_SHAPE = re.compile(
+    r"(?:does not|doesn't|do not) support head[ _]?(?:dim|size)"
+    r"|\bUnsupported head[ _]?(?:dim|size)\b|head[ _]?(?:dim|size) \d+ (?:is )?not supported",
+    re.I,
+)
+#: A backend named in the settings that a part of the model refuses ("Attention backend 'sage_attn'
+#: is not supported by this attention layer"): the setting's value must change (``bad_args``).
+BACKEND_REFUSED = re.compile(r"\bbackend '[^']+' is not supported\b", re.I)
 #: A knob and the way a verdict's advice moves it: ``("mem_fraction_static", "raise")``. The
 #: directions are ``raise``, ``lower``, ``enable``, ``disable``, ``change`` (pick another value,
 #: such as another backend), ``fix`` (the value is invalid) and ``check`` (a system setting).
@@ -259,11 +270,20 @@ class CrashRules(abc.ABC):
         deciding line was ``evidence``, or ``None`` when the verdict does not say (by default)."""
         return None
 
-    def not_a_setting(self, line: str) -> int | None:
-        """Where a line names a crash cause no tuned setting cures (:data:`NOT_A_SETTING`:
-        ``other_crash``), or ``None``."""
-        m = NOT_A_SETTING.search(line)
-        return m.start() if m is not None else None
+    def shared_cause(self, line: str) -> tuple[str, int] | None:
+        """The category an error line names in words every engine shares, asked when the
+        engine's :meth:`specific_cause` names none: a kernel refusing the model's shapes
+        (:data:`KERNEL_SHAPE`), a backend setting refused (:data:`BACKEND_REFUSED`), a cause no
+        setting cures (:data:`NOT_A_SETTING`, ``other_crash``); and where its text starts."""
+        for pattern, category in (
+            (KERNEL_SHAPE, "unsupported_arch"),
+            (BACKEND_REFUSED, "bad_args"),
+            (NOT_A_SETTING, "other_crash"),
+        ):
+            m = pattern.search(line)
+            if m is not None:
+                return category, m.start()
+        return None
 
     def pick_cause(self, found: Collection[str]) -> tuple[str, str] | None:
         """The verdict among the specific causes ``found``: ``(category, category whose

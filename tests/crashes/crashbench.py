@@ -8,7 +8,10 @@ in the log, and advice that points the wrong way.
 A folder holds ``LABELS.tsv`` with the columns ``file``, ``engine``, ``category``, ``line`` (the
 deciding line, empty when the log does not contain it), ``advice`` (the move that fixes the cause,
 ``"raise gpu_memory_utilization"``, or ``none``) and ``split``. Each log is read by its row's
-engine's rules, with no exit status (what a user pasting an excerpt has).
+engine's rules, with no exit status (what a user pasting an excerpt has). A log is read right when
+its category is the label's, or when a crash the thread blames on no tuned setting
+(``other_crash``) reads as ``unknown_crash`` (the log does not name that cause; neither verdict
+moves a knob): ``tests/crashes/_data.reads_as``.
 
 Advice points the wrong way when the verdict's :attr:`Classification.moves` move a knob against
 the label's move (lowers the memory share where raising it cures the cause, or the reverse), move a
@@ -28,6 +31,8 @@ from pathlib import Path
 
 from autotune import crashes
 from autotune.engines import EngineSpec, create_engine
+
+from ._data import reads_as
 
 DEFAULT = Path(__file__).resolve().parent / "data" / "threads2"
 #: The static memory share, under each engine's name: one knob for direction.
@@ -64,7 +69,7 @@ class Reading:
 
     @property
     def right(self) -> bool:
-        return self.expected == self.got
+        return reads_as(self.expected, self.got)
 
     @property
     def wrong_way(self) -> str | None:
