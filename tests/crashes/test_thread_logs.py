@@ -27,10 +27,10 @@ ROWS = list(csv.DictReader((THREADS / "LABELS.tsv").open(encoding="utf-8"), deli
 RULES = {kind: create_engine(EngineSpec(kind=kind)).crash_rules() for kind in ("sglang", "vllm")}
 MEMORY = {"mem_fraction_static", "gpu_memory_utilization", "cuda_graph_max_bs"}
 
-#: Misses of the held-out half at its one measurement (file -> read as).
+#: Misses of the held-out half at its one measurement (file -> read as), less t01 and t02: the
+#: rule for SGLang's "Piecewise CUDA Graph failed" line was written after that measurement had
+#: shown them, so they count with the dev side since (threads2/README.md).
 HELD_OUT_MISSES = {
-    "t01_amd_piecewise_failed_attribute_error.log": "unknown_crash",
-    "t02_nsa_piecewise_failed_tensor_match.log": "unknown_crash",
     "t03_qwen3vl_pcg_capture_stream_assertion.log": "unknown_crash",
     "t04_piecewise_v055_model_runner_frames_cut.log": "unknown_crash",
     "t05_qwen2_capture_all_gather_frames_cut.log": "nccl_error",
@@ -95,7 +95,8 @@ def test_each_log_reads_as_labelled_or_as_its_pinned_miss(row: dict[str, str]) -
 def test_the_figures(split: str) -> None:
     rows = [r for r in ROWS if r["split"] == split]
     right = [r for r in rows if reads_as(r["category"], _read(r).category)]
-    expected = {"dev": (27, 16), "held_out": (35, 15)}[split]
+    # held out: 15 at its one measurement, 17 with t01 and t02 read right since
+    expected = {"dev": (27, 16), "held_out": (35, 17)}[split]
     assert (len(rows), len(right)) == expected
 
 
