@@ -16,6 +16,7 @@ What each line means is the engine's :class:`~autotune.crashes.CrashRules` (SGLa
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import BinaryIO
 from autotune._errors import ConfigError
 from autotune.crashes._lines import evidence_text, normalise, split_segments
 from autotune.crashes._ruleset import (
+    ASSERT_ARCH,
     CRASH_CATEGORIES,
     DECIDED_BY,
     TAG_DRAFT,
@@ -37,6 +39,8 @@ from autotune.crashes._ruleset import (
 )
 
 _READ_LIMIT = 1 << 16
+# a line that says it reports an error ("slurmstepd: error: ...", "... failed with ...")
+_ERROR_WORD = re.compile(r"\berror\b|\bfail", re.I)
 
 
 @dataclass(frozen=True)
@@ -217,8 +221,17 @@ class LiveClassifier:
                 self._medium = None  # the traceback was a stop, not a failure
                 return False
         cause = rules.specific_cause(line, exception, tags, self._capture is not None)
-        if cause is None and (exception is not None or rules.is_strong_crash(line)):
+        if cause is None and (
+            exception is not None
+            or rules.is_strong_crash(line)
+            or rules.is_c10_error(line)
+            or _ERROR_WORD.search(line) is not None
+        ):
             cause = rules.shared_cause(line)
+        if cause is None:
+            m = ASSERT_ARCH.search(line)
+            if m is not None:
+                cause = ("unsupported_arch", m.start())
         if cause is not None:
             category, at = cause
             if category not in self._causes:

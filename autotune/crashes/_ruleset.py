@@ -100,6 +100,18 @@ KERNEL_SHAPE = re.compile(
 #: A backend named in the settings that a part of the model refuses ("Attention backend 'sage_attn'
 #: is not supported by this attention layer"): the setting's value must change (``bad_args``).
 BACKEND_REFUSED = re.compile(r"\bbackend '[^']+' is not supported\b", re.I)
+#: torch's other collective backend failing to connect the ranks ("Gloo connectFullMesh failed"):
+#: the same cause as an NCCL set-up failure (``nccl_error``).
+COMM_SETUP = re.compile(r"\bGloo connectFullMesh failed|\bProcessGroupGloo\S*\s.{0,80}failed", re.I)
+#: An ``assert`` statement a traceback shows in the frame that raised it, whose message names the
+#: GPU generations the kernel runs on ('assert arch // 10 == 10, "FP8 is only supported on SM100
+#: ..."'): the kernel does not support this GPU (``unsupported_arch``), even when the excerpt
+#: ends before the AssertionError line.
+ASSERT_ARCH = re.compile(
+    r"^\s*assert\b.*,\s*f?[\"'].*?\b(?:only supported on|only supports?|requires?)\s+"
+    r"(?:SM|sm_?)\s*\d{2,3}",
+    re.I,
+)
 #: A knob and the way a verdict's advice moves it: ``("mem_fraction_static", "raise")``. The
 #: directions are ``raise``, ``lower``, ``enable``, ``disable``, ``change`` (pick another value,
 #: such as another backend), ``fix`` (the value is invalid) and ``check`` (a system setting).
@@ -142,7 +154,7 @@ _STATEMENT = re.compile(
     r"|(?!\w*(?:Error|Exception|Warning)\()[A-Za-z_][\w.]*(?:\[[^\]]*\])?"
     r"(?:\s*:\s*[\w.\[\], ]+)?(?:\s+[-+*/|&]?=\s|\())"
 )
-_C10_ERROR = re.compile(r"^\s*\[E\d{4}")
+_C10_ERROR = re.compile(r"^\s*\[E\d{3,4}[ \]]")  # [E1118 ...], [E130 ...] (month 1, day 30)
 #: A CUDA runtime error as PyTorch, a kernel library or a C++ check reports it: "CUDA error: an
 #: illegal memory access was encountered", "Cuda error /workspace/csrc/custom_all_reduce.cuh:164
 #: 'invalid argument'", "CUDA error (csrc/get_mla_metadata.cu:93): ...", "cudaErrorIllegalAddress",
@@ -273,10 +285,12 @@ class CrashRules(abc.ABC):
     def shared_cause(self, line: str) -> tuple[str, int] | None:
         """The category an error line names in words every engine shares, asked when the
         engine's :meth:`specific_cause` names none: a kernel refusing the model's shapes
-        (:data:`KERNEL_SHAPE`), a backend setting refused (:data:`BACKEND_REFUSED`), a cause no
-        setting cures (:data:`NOT_A_SETTING`, ``other_crash``); and where its text starts."""
+        (:data:`KERNEL_SHAPE`), Gloo failing to connect the ranks (:data:`COMM_SETUP`), a backend
+        setting refused (:data:`BACKEND_REFUSED`), a cause no setting cures
+        (:data:`NOT_A_SETTING`, ``other_crash``); and where its text starts."""
         for pattern, category in (
             (KERNEL_SHAPE, "unsupported_arch"),
+            (COMM_SETUP, "nccl_error"),
             (BACKEND_REFUSED, "bad_args"),
             (NOT_A_SETTING, "other_crash"),
         ):

@@ -220,3 +220,30 @@ def test_the_benchmark_calls_a_move_against_the_fix_the_wrong_way() -> None:
         wrong_way("oom_kv_pool", "raise mem_fraction_static", (("mem_fraction_static", "raise"),))
         is None
     )
+
+
+@pytest.mark.parametrize("engine", sorted(RULES))
+def test_words_every_engine_shares_decide_alike(engine: str) -> None:
+    def read(text: str) -> tuple[str, int | None]:
+        verdict = crashes.classify_text(text, RULES[engine])
+        return verdict.category, verdict.line_number
+
+    headdim = "RuntimeError: This flash attention build does not support headdim 72.\n"
+    assert read(headdim) == ("unsupported_arch", 1)
+    backend = "ValueError: Attention backend 'sage_attn' is not supported by this attention layer\n"
+    assert read(backend) == ("bad_args", 1)
+    gloo = (
+        "[rank1]:[E130 18:11:34.70 ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed with x\n"
+    )
+    assert read(gloo) == ("nccl_error", 1)
+    fa4 = 'assert arch // 10 == 10, "FP8 is only supported on SM100 (compute capability 10.x)"\n'
+    assert read(fa4) == ("unsupported_arch", 1)
+    host = "slurmstepd: error: Detected 1 oom_kill event in StepId=4.0.\n"
+    assert read(host)[0] == "other_crash"
+    symbol = "ImportError: /x/common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEa\n"
+    assert read(symbol) == ("other_crash", 1)
+    # the same words in a warning, or a traceback whose error no rule names, decide no cause
+    assert read("WARNING: Gloo connectFullMesh failed once, retrying\n")[0] != "nccl_error"
+    assert read("Traceback (most recent call last):\nKeyError: 'lm_head.weight'\n")[0] == (
+        UNKNOWN_CRASH
+    )

@@ -151,7 +151,11 @@ def test_lines_that_name_no_specific_cause(line: str) -> None:
 
 def test_noise_warnings_and_hints() -> None:
     assert RULES.is_noise("gpu01:1:1 [0] NCCL INFO Channel 00/02")
-    assert RULES.is_noise("[TP0] Decode out of memory happened. #retracted_reqs: 1")
+    # a full KV pool's retraction of requests: the server goes on serving, no crash
+    retraction = "[TP0] Decode out of memory happened. #retracted_reqs: 1"
+    assert not RULES.is_noise(retraction)
+    assert (progress := RULES.progress(retraction)) is not None and progress.kind == "running"
+    assert classify_text(retraction + "\n", RULES).category == "running"
     assert RULES.is_warning("[W1014 11:00:24.551 ProcessGroupNCCL.cpp:4751] Warning: x")
     assert RULES.is_warning("host:1:1 [0] misc/socket.cc:578 NCCL WARN socketPollConnect: refused")
     assert rules.hint_of("host:1:1 [0] NCCL WARN connect returned Connection refused") == (

@@ -27,9 +27,11 @@ ROWS = list(csv.DictReader((THREADS / "LABELS.tsv").open(encoding="utf-8"), deli
 RULES = {kind: create_engine(EngineSpec(kind=kind)).crash_rules() for kind in ("sglang", "vllm")}
 MEMORY = {"mem_fraction_static", "gpu_memory_utilization", "cuda_graph_max_bs"}
 
-#: Misses of the held-out half at its one measurement (file -> read as), less t01 and t02: the
-#: rule for SGLang's "Piecewise CUDA Graph failed" line was written after that measurement had
-#: shown them, so they count with the dev side since (threads2/README.md).
+#: Misses of the held-out half at its one measurement (file -> read as), less t01, t02, t25, t27
+#: and t57: rules for their lines (SGLang's "Piecewise CUDA Graph failed", an assert naming the SMs
+#: a kernel runs on, SGLang's retraction of requests while serving, Gloo failing to connect the
+#: ranks) were written after that measurement had shown them, so they count with the dev side
+#: since (threads2/README.md).
 HELD_OUT_MISSES = {
     "t03_qwen3vl_pcg_capture_stream_assertion.log": "unknown_crash",
     "t04_piecewise_v055_model_runner_frames_cut.log": "unknown_crash",
@@ -37,13 +39,10 @@ HELD_OUT_MISSES = {
     "t06_vllm_initialize_cache_raise_if_invalid_cut.log": "unknown_crash",
     "t16_r1_four_nodes_load_weight_lines_only.log": "starting",
     "t24_runpod_engine_init_oom_reverse_order_capture.log": "oom_runtime",
-    "t25_fa4_fp8_only_sm100_assertion.log": "starting",
     "t26_5090_fp8_init_cuda_graphs_frames_cut.log": "graph_capture_other",
-    "t27_decode_oom_retracted_lines_only.log": "starting",
     "t28_overlap_retract_decode_batches_cut.log": "running",
     "t35_trt_allreduce_fusion_sm120_capture_failed.log": "graph_capture_other",
     "t38_glm_sm120_preamble_before_tllmgen_error.log": "starting",
-    "t57_multinode_gloo_connect_full_mesh_failed.log": "unknown_crash",
     "t58_verl_vllm_init_device_eaddrinuse_frames.log": "unknown_crash",
     "t60_qwen3_235b_v1_capture_graph_frames_cut.log": "unknown_crash",
     "t64_nextn_deepgemm_draft_capture_segfault.log": "unknown_crash",
@@ -95,8 +94,8 @@ def test_each_log_reads_as_labelled_or_as_its_pinned_miss(row: dict[str, str]) -
 def test_the_figures(split: str) -> None:
     rows = [r for r in ROWS if r["split"] == split]
     right = [r for r in rows if reads_as(r["category"], _read(r).category)]
-    # held out: 15 at its one measurement, 17 with t01 and t02 read right since
-    expected = {"dev": (27, 16), "held_out": (35, 17)}[split]
+    # held out: 15 at its one measurement, 20 with t01, t02, t25, t27 and t57 read right since
+    expected = {"dev": (27, 16), "held_out": (35, 20)}[split]
     assert (len(rows), len(right)) == expected
 
 

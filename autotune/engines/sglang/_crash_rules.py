@@ -189,9 +189,9 @@ _NOISE = (
     " NCCL INFO ",
     "Using a slow tokenizer",
     "warnings.warn(",
-    "KV cache pool is full. Retract requests",
-    "out of memory happened",
 )
+#: (SGLang's retraction of requests when its KV pool is full, "Decode out of memory happened.
+#: #retracted_reqs: 1", is not noise but a sign of serving: its progress step is "running")
 
 _TRIGGER = re.compile(
     r"memory|captur|nccl|error|exception|traceback|file \"|capabilit|sm_?\d|architectur"
