@@ -40,7 +40,7 @@ from autotune.crashes._ruleset import (
 
 _READ_LIMIT = 1 << 16
 # a line that says it reports an error ("slurmstepd: error: ...", "... failed with ...")
-_ERROR_WORD = re.compile(r"\berror\b|\bfail", re.I)
+_ERROR_WORD = re.compile(r"\berrors?\b|\bfail", re.I)
 
 
 @dataclass(frozen=True)

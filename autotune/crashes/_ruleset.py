@@ -89,12 +89,17 @@ NOT_A_SETTING = re.compile(
     r"|\boom[-_]kill\b|\btask \d+: Out Of Memory|CPUAllocator: not enough memory",
     re.I,
 )
-#: A kernel that does not support the model's shapes ("This flash attention build does not support
-#: headdim not being a multiple of 32", "Unsupported head_dim: 96"): the backend must change, as
-#: for a kernel that does not support the GPU (``unsupported_arch``).
+#: A kernel that does not support the model's shapes on this GPU ("This flash attention build does
+#: not support headdim not being a multiple of 32", "Unsupported head_dim: 96", FlashInfer's
+#: "Invalid configuration : NUM_MMA_Q=...", Triton's "out of resource: shared memory"): the backend
+#: must change, as for a kernel that does not support the GPU (``unsupported_arch``).
 KERNEL_SHAPE = re.compile(
     r"(?:does not|doesn't|do not) support head[ _]?(?:dim|size)"
-    r"|\bUnsupported head[ _]?(?:dim|size)\b|head[ _]?(?:dim|size) \d+ (?:is )?not supported",
+    r"|\bUnsupported head[ _]?(?:dim|size)\b|head[ _]?(?:dim|size) \d+ (?:is )?not supported"
+    # FlashInfer's checks of a kernel's tile configuration and of the head dim it takes
+    r"|\bInvalid configuration : NUM_MMA|\bExpect \(\d+ <= headDim"
+    # a Triton kernel whose tiles need more shared memory than this GPU has
+    r"|out of resource: shared memory",
     re.I,
 )
 #: A backend named in the settings that a part of the model refuses ("Attention backend 'sage_attn'
