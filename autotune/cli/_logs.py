@@ -29,7 +29,8 @@ def classify(
         bool,
         typer.Option(
             "--json",
-            help="Print one JSON object: category, evidence, line_number, advice, is_crash.",
+            help="Print one JSON object: category, evidence, line_number, advice, moves,"
+            " is_crash, exit_code.",
         ),
     ] = False,
     engine: Annotated[
@@ -40,6 +41,16 @@ def classify(
             help="The engine kind whose log it is (its crash rules read it).",
         ),
     ] = "sglang",
+    exit_code: Annotated[
+        str | None,
+        typer.Option(
+            "--exit-code",
+            metavar="N",
+            help="The server process's exit status, where known (negative: killed by signal -N,"
+            " as Python reports it). A log of a process that exited with nothing deciding reads"
+            " as unknown_crash, not starting.",
+        ),
+    ] = None,
 ) -> None:
     """Name the crash category of a server log (or ready / running / starting), the line that
     shows it, and what to change.
@@ -57,8 +68,9 @@ def classify(
             source="--engine",
             hint="choose one of: " + ", ".join(engine_kinds()),
         )
+    code = None if exit_code is None else parse_exit_code(exit_code)
     rules = create_engine(EngineSpec(kind=engine)).crash_rules()
-    result = classify_file(logfile, rules)
+    result = classify_file(logfile, rules, exit_code=code)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
         raise typer.Exit(CRASH_EXIT if result.is_crash else 0)
@@ -68,5 +80,35 @@ def classify(
         typer.echo("evidence: none (no line decides it)")
     else:
         typer.echo(f"evidence: line {result.line_number}: {result.evidence}")
+    if code is not None:
+        typer.echo(f"exit:     {_exit_words(code)}")
     typer.echo(f"advice:   {result.advice}")
     raise typer.Exit(CRASH_EXIT if result.is_crash else 0)
+
+
+def parse_exit_code(text: str) -> int:
+    """The exit status ``--exit-code`` gives: an integer from -64 (killed by signal 64) to 255.
+
+    Raises:
+        ConfigError: not an integer, or out of that range.
+    """
+    from autotune._errors import ConfigError
+
+    hint = (
+        "give the exit status as an integer from 0 to 255, or -N for a process killed by signal N"
+    )
+    try:
+        code = int(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"not an exit status: {text!r}", source="--exit-code", hint=hint
+        ) from None
+    if not -64 <= code <= 255:
+        raise ConfigError(f"exit status out of range: {code}", source="--exit-code", hint=hint)
+    return code
+
+
+def _exit_words(code: int) -> str:
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exited with code {code}"

@@ -19,11 +19,16 @@ from autotune.crashes._classifier import (
 )
 from autotune.crashes._module_rules import LineMarks, LineRules, ModuleCrashRules
 from autotune.crashes._ruleset import (
+    BACKEND_REFUSED,
     CAUSE_PRIORITY,
     CRASH_CATEGORIES,
     CUDA_ERROR,
     CUSTOM_ALL_REDUCE,
+    DECIDED_BY,
+    EVIDENCE_KINDS,
     HEALTHY_CATEGORIES,
+    KERNEL_SHAPE,
+    NOT_A_SETTING,
     TAG_DRAFT,
     TAG_INNERMOST,
     TAG_LOADING,
@@ -36,11 +41,16 @@ from autotune.crashes._ruleset import (
 )
 
 __all__ = [
+    "BACKEND_REFUSED",
     "CAUSE_PRIORITY",
     "CRASH_CATEGORIES",
     "CUDA_ERROR",
     "CUSTOM_ALL_REDUCE",
+    "DECIDED_BY",
+    "EVIDENCE_KINDS",
     "HEALTHY_CATEGORIES",
+    "KERNEL_SHAPE",
+    "NOT_A_SETTING",
     "TAG_DRAFT",
     "TAG_INNERMOST",
     "TAG_LOADING",

@@ -16,6 +16,7 @@ What each line means is the engine's :class:`~autotune.crashes.CrashRules` (SGLa
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,9 @@ from typing import BinaryIO
 from autotune._errors import ConfigError
 from autotune.crashes._lines import evidence_text, normalise, split_segments
 from autotune.crashes._ruleset import (
+    ASSERT_ARCH,
     CRASH_CATEGORIES,
+    DECIDED_BY,
     TAG_DRAFT,
     TAG_INNERMOST,
     TAG_LOADING,
@@ -36,6 +39,8 @@ from autotune.crashes._ruleset import (
 )
 
 _READ_LIMIT = 1 << 16
+# a line that says it reports an error ("slurmstepd: error: ...", "... failed with ...")
+_ERROR_WORD = re.compile(r"\berrors?\b|\bfail", re.I)
 
 
 @dataclass(frozen=True)
@@ -92,13 +97,16 @@ class LiveClassifier:
     seen, with the process's exit status where the caller knows it; :attr:`state` the verdict so
     far (the process taken as alive).
 
-    Evidence is weighed strongest first: a line that names its cause (the final exception's type
-    and message, the engine's own memory or start-up message) decides; then the frames of an
-    unfinished traceback (what the code was doing when the excerpt ends); then an exception no rule
-    names, or only generic signs of a crash (``other_crash``, whose advice names no knob). A
-    process known to have exited while nothing in its log decides a crash is ``unknown_crash``;
-    "starting" is the verdict only while the process may still be alive (no exit status known)
-    and no sign of a crash was seen.
+    Evidence is weighed strongest first (:data:`~autotune.crashes.EVIDENCE_KINDS`; which kinds
+    may decide each category: :data:`~autotune.crashes.DECIDED_BY`): a line that names its cause
+    (the final exception's type and message, the engine's own memory or start-up message)
+    decides; ``other_crash`` where that line names a cause no setting cures
+    (:data:`~autotune.crashes.NOT_A_SETTING`); then the frames of an unfinished traceback (what
+    the code was doing when the excerpt ends). An exception no rule names, generic signs of a
+    crash, or a process known to have exited with nothing deciding give ``unknown_crash``, whose
+    advice names the last error line and the exit status and no knob. "starting" is the verdict
+    only while the process may still be alive (no exit status known) and no sign of a crash was
+    seen.
     """
 
     def __init__(self, rules: CrashRules) -> None:
@@ -213,6 +221,17 @@ class LiveClassifier:
                 self._medium = None  # the traceback was a stop, not a failure
                 return False
         cause = rules.specific_cause(line, exception, tags, self._capture is not None)
+        if cause is None and (
+            exception is not None
+            or rules.is_strong_crash(line)
+            or rules.is_c10_error(line)
+            or _ERROR_WORD.search(line) is not None
+        ):
+            cause = rules.shared_cause(line)
+        if cause is None:
+            m = ASSERT_ARCH.search(line)
+            if m is not None:
+                cause = ("unsupported_arch", m.start())
         if cause is not None:
             category, at = cause
             if category not in self._causes:
@@ -222,11 +241,11 @@ class LiveClassifier:
         if exception is not None and not strong:
             # the first exception that is not itself a generic wrapper ("Initialization failed")
             if self._generic is None:
-                self._generic = self._finding("other_crash", line, 0, tags)
+                self._generic = self._finding(UNKNOWN_CRASH, line, 0, tags)
             self._note_medium(line)
         if strong:
             if self._strong is None:
-                self._strong = self._finding("other_crash", line, 0, tags)
+                self._strong = self._finding(UNKNOWN_CRASH, line, 0, tags)
         elif rules.is_traceback_start(line) or rules.is_c10_error(line):
             self._note_medium(line)
         hint = rules.hint_of(line)
@@ -286,7 +305,7 @@ class LiveClassifier:
 
     def _note_medium(self, line: str) -> None:
         if self._healthy is None and self._medium is None:
-            self._medium = self._finding("other_crash", line, 0, frozenset())
+            self._medium = self._finding(UNKNOWN_CRASH, line, 0, frozenset())
 
     def _note_hint(self, line: str, category: str, at: int) -> None:
         if self._hint is None:
@@ -331,16 +350,16 @@ class LiveClassifier:
             return cause.category, cause
         crash = self._strong or self._medium
         if crash is not None:
-            # 2. the final exception's type and message, no rule's: a crash of a known kind
+            # 2. a final exception no category's rule names: the crash is certain, its cause is
+            # not decided (its advice names that line and no knob)
             if self._generic is not None:
-                return "other_crash", self._generic
+                return UNKNOWN_CRASH, self._generic
             # 3. the frames of a traceback cut before its exception, or a hint
             hint = self._open_traceback_hint() or self._hint
-            if hint is not None:
+            if hint is not None and "raise_frame" in DECIDED_BY.get(hint.category, ()):
                 return hint.category, hint
-            # 4. only generic signs of a crash (a wrapper's "hit an exception", a fatal signal):
-            # the crash is certain, its cause is not the tuned settings' to judge
-            return "other_crash", crash
+            # 4. only generic signs of a crash (a wrapper's "hit an exception", a fatal signal)
+            return UNKNOWN_CRASH, self._last_error or crash
         exited = exit_code is not None
         if self._healthy is not None and (not exited or exit_code == 0):
             return self._healthy.category, self._healthy

@@ -47,12 +47,76 @@ CAUSE_PRIORITY: tuple[str, ...] = (
     "unsupported_arch",
     "bad_args",
     "port_in_use",
+    "other_crash",
     "nccl_error",
 )
 #: The crash category of a log whose server is gone (it exited, or the log shows only generic signs
 #: of a crash: a traceback cut before its exception, a wrapper's "hit an exception") while nothing
 #: in it decides why; its advice names what was found and never a knob.
 UNKNOWN_CRASH = "unknown_crash"
+#: The kinds of evidence a verdict can rest on, strongest first: the final exception's type and
+#: message (or a line that names its cause as plainly: an argparse error, NCCL's own error line);
+#: the frame the exception was raised in (the innermost one a cut traceback shows; a frame the
+#: traceback only passed through, such as a capture context or a wrapper, decides nothing); the
+#: engine's own memory and start-up messages (a KV budget at or below zero, "Capture cuda graph
+#: begin"); the process's state (exited with a code, killed by a signal, alive).
+EVIDENCE_KINDS: tuple[str, ...] = ("exception", "raise_frame", "engine_message", "process_state")
+#: Which evidence may decide each crash category (the same for every engine); the classifier gives
+#: a category from a cut traceback's frames only where ``raise_frame`` is listed (``other_crash``
+#: needs the final error's own words). A category the log does not decide is not given: the
+#: verdict falls to :data:`UNKNOWN_CRASH` when a crash is certain (a traceback, a fatal line, a
+#: process known to be gone) and to "starting" otherwise. ``engine_message``: the engine's memory
+#: and start-up lines (a KV budget at or below zero, CUDA-graph capture under way).
+DECIDED_BY: Mapping[str, tuple[str, ...]] = {
+    "oom_kv_pool": ("exception", "raise_frame", "engine_message"),
+    "oom_cuda_graph": ("exception", "raise_frame", "engine_message"),
+    "oom_runtime": ("exception", "raise_frame"),
+    "unsupported_arch": ("exception", "raise_frame"),
+    "graph_capture_other": ("exception", "raise_frame", "engine_message"),
+    "nccl_error": ("exception", "raise_frame"),
+    "bad_args": ("exception", "raise_frame"),
+    "port_in_use": ("exception", "raise_frame"),
+    "other_crash": ("exception",),
+    "unknown_crash": ("process_state",),
+}
+#: Crash causes that no tuned setting cures, named by the final error's message the same way for
+#: every engine (``other_crash``): the engine does not serve the model's architecture; a compiled
+#: extension does not load (an installation whose parts do not match); the host ran out of memory
+#: (its OOM killer ended the job, or torch's CPU allocator failed).
+NOT_A_SETTING = re.compile(
+    r"Model architectures?\b.{0,300}?\bnot supported"
+    r"|\bundefined symbol: \w|Could not load any common_ops library"
+    r"|\boom[-_]kill\b|\btask \d+: Out Of Memory|CPUAllocator: not enough memory",
+    re.I,
+)
+#: A kernel that does not support the model's shapes on this GPU ("This flash attention build does
+#: not support headdim not being a multiple of 32", "Unsupported head_dim: 96", FlashInfer's
+#: "Invalid configuration : NUM_MMA_Q=...", Triton's "out of resource: shared memory"): the backend
+#: must change, as for a kernel that does not support the GPU (``unsupported_arch``).
+KERNEL_SHAPE = re.compile(
+    r"(?:does not|doesn't|do not) support head[ _]?(?:dim|size)"
+    r"|\bUnsupported head[ _]?(?:dim|size)\b|head[ _]?(?:dim|size) \d+ (?:is )?not supported"
+    # FlashInfer's checks of a kernel's tile configuration and of the head dim it takes
+    r"|\bInvalid configuration : NUM_MMA|\bExpect \(\d+ <= headDim"
+    # a Triton kernel whose tiles need more shared memory than this GPU has
+    r"|out of resource: shared memory",
+    re.I,
+)
+#: A backend named in the settings that a part of the model refuses ("Attention backend 'sage_attn'
+#: is not supported by this attention layer"): the setting's value must change (``bad_args``).
+BACKEND_REFUSED = re.compile(r"\bbackend '[^']+' is not supported\b", re.I)
+#: torch's other collective backend failing to connect the ranks ("Gloo connectFullMesh failed"):
+#: the same cause as an NCCL set-up failure (``nccl_error``).
+COMM_SETUP = re.compile(r"\bGloo connectFullMesh failed|\bProcessGroupGloo\S*\s.{0,80}failed", re.I)
+#: An ``assert`` statement a traceback shows in the frame that raised it, whose message names the
+#: GPU generations the kernel runs on ('assert arch // 10 == 10, "FP8 is only supported on SM100
+#: ..."'): the kernel does not support this GPU (``unsupported_arch``), even when the excerpt
+#: ends before the AssertionError line.
+ASSERT_ARCH = re.compile(
+    r"^\s*assert\b.*,\s*f?[\"'].*?\b(?:only supported on|only supports?|requires?)\s+"
+    r"(?:SM|sm_?)\s*\d{2,3}",
+    re.I,
+)
 #: A knob and the way a verdict's advice moves it: ``("mem_fraction_static", "raise")``. The
 #: directions are ``raise``, ``lower``, ``enable``, ``disable``, ``change`` (pick another value,
 #: such as another backend), ``fix`` (the value is invalid) and ``check`` (a system setting).
@@ -95,7 +159,7 @@ _STATEMENT = re.compile(
     r"|(?!\w*(?:Error|Exception|Warning)\()[A-Za-z_][\w.]*(?:\[[^\]]*\])?"
     r"(?:\s*:\s*[\w.\[\], ]+)?(?:\s+[-+*/|&]?=\s|\())"
 )
-_C10_ERROR = re.compile(r"^\s*\[E\d{4}")
+_C10_ERROR = re.compile(r"^\s*\[E\d{3,4}[ \]]")  # [E1118 ...], [E130 ...] (month 1, day 30)
 #: A CUDA runtime error as PyTorch, a kernel library or a C++ check reports it: "CUDA error: an
 #: illegal memory access was encountered", "Cuda error /workspace/csrc/custom_all_reduce.cuh:164
 #: 'invalid argument'", "CUDA error (csrc/get_mla_metadata.cu:93): ...", "cudaErrorIllegalAddress",
@@ -221,6 +285,23 @@ class CrashRules(abc.ABC):
     def fraction_fix(self, category: str, evidence: str | None) -> Literal["raise", "lower"] | None:
         """Which way the static memory fraction must move to cure a crash of ``category`` whose
         deciding line was ``evidence``, or ``None`` when the verdict does not say (by default)."""
+        return None
+
+    def shared_cause(self, line: str) -> tuple[str, int] | None:
+        """The category an error line names in words every engine shares, asked when the
+        engine's :meth:`specific_cause` names none: a kernel refusing the model's shapes
+        (:data:`KERNEL_SHAPE`), Gloo failing to connect the ranks (:data:`COMM_SETUP`), a backend
+        setting refused (:data:`BACKEND_REFUSED`), a cause no setting cures
+        (:data:`NOT_A_SETTING`, ``other_crash``); and where its text starts."""
+        for pattern, category in (
+            (KERNEL_SHAPE, "unsupported_arch"),
+            (COMM_SETUP, "nccl_error"),
+            (BACKEND_REFUSED, "bad_args"),
+            (NOT_A_SETTING, "other_crash"),
+        ):
+            m = pattern.search(line)
+            if m is not None:
+                return category, m.start()
         return None
 
     def pick_cause(self, found: Collection[str]) -> tuple[str, str] | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from autotune._errors import ConfigError
+from autotune.crashes import UNKNOWN_CRASH
 from autotune.server._follow import LogFollower
 from autotune.server._process import ServerProcess
 
@@ -76,7 +77,7 @@ class LineClassifier(Protocol):
 class StartupResult:
     """How a start-up ended.
 
-    ``category`` is the crash category (``other_crash`` when the process exited with nothing
+    ``category`` is the crash category (``unknown_crash`` when the process exited with nothing
     specific in its log) or ``timeout``; ``failure_line`` the log line that decided a crash (the
     last log line for an exit without evidence or a timeout). ``startup_s`` counts from launch to
     ready, or to the deciding line, exit or deadline. ``exit_code`` is set when the process had
@@ -192,7 +193,7 @@ def wait_for_startup(
                 last = follower.tail(1)
                 return result(
                     "exited",
-                    "other_crash",
+                    UNKNOWN_CRASH,
                     verdict.evidence or (last[0] if last else None),
                     f"the server exited with code {code} before it was ready",
                     code,

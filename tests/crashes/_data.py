@@ -61,3 +61,11 @@ def classify_file(path: Path | str) -> crashes.Classification:
 def new_live() -> crashes.LiveClassifier:
     """A live classifier with SGLang's rules."""
     return crashes.LiveClassifier(RULES)
+
+
+def reads_as(label: str, got: str) -> bool:
+    """The reader's category ``got`` agrees with a thread's ``label``: the same category, or a
+    crash the thread blames on no tuned setting (``other_crash``: a bug, an installation) that the
+    log does not decide (``unknown_crash``). Neither verdict moves a knob; the reader says
+    ``other_crash`` only where a rule names the cause (:data:`autotune.crashes.NOT_A_SETTING`)."""
+    return got == label or (label == "other_crash" and got == crashes.UNKNOWN_CRASH)

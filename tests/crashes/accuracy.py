@@ -22,6 +22,8 @@ from pathlib import Path
 from autotune import crashes
 from autotune.engines import EngineSpec, create_engine
 
+from ._data import reads_as
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -34,7 +36,7 @@ class Verdict:
 
     @property
     def right(self) -> bool:
-        return self.expected == self.got
+        return reads_as(self.expected, self.got)
 
 
 def read_labels(folder: Path, split: str | None = None) -> list[tuple[Path, str]]:

@@ -99,3 +99,23 @@ def test_exit_status_tells_a_crash_from_no_crash(capsys: pytest.CaptureFixture[s
     assert main(["logs", "classify", "--help"]) == 0
     helptext = " ".join(capsys.readouterr().out.split())
     assert "0 when the log shows no crash, 1 when it shows one" in helptext
+
+
+def test_the_exit_code_is_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("Load weight begin. avail mem=78.50 GB\n", encoding="utf-8")
+    assert main(["logs", "classify", str(log)]) == 0  # no exit known: the server may be loading
+    assert "category: starting" in capsys.readouterr().out
+    assert main(["logs", "classify", str(log), "--exit-code", "-9", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert (data["category"], data["exit_code"], data["moves"]) == ("unknown_crash", -9, [])
+    assert main(["logs", "classify", str(log), "--exit-code", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "category: unknown_crash (crash)" in out and "exited with code 1" in out
+
+
+@pytest.mark.parametrize("bad", ["abc", "1.5", "256", "-65", ""])
+def test_a_bad_exit_code_is_refused_clearly(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logs", "classify", str(REAL / "09_ready.log"), "--exit-code", bad]) == 2
+    err = capsys.readouterr().err
+    assert "--exit-code" in err and "Traceback" not in err

@@ -11,7 +11,7 @@ import pytest
 
 from autotune.crashes import CRASH_CATEGORIES, UNKNOWN_CRASH
 
-from ._data import ISSUES, REAL, Labelled, classify_file, labels, raw_lines
+from ._data import ISSUES, REAL, Labelled, classify_file, labels, raw_lines, reads_as
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,7 +24,7 @@ def _misses(items: list[Labelled]) -> list[str]:
     out = []
     for item in items:
         verdict = classify_file(item.path)
-        if verdict.category != item.category:
+        if not reads_as(item.category, verdict.category):
             out.append(f"{item.path.name}: {verdict.category}, not {item.category}")
     return out
 
@@ -44,7 +44,7 @@ def test_the_set_is_large_sourced_and_split() -> None:
 @pytest.mark.parametrize("item", DEV, ids=[item.path.name for item in DEV])
 def test_dev_logs_read_as_their_threads_say(item: Labelled) -> None:
     verdict = classify_file(item.path)
-    assert (verdict.category, verdict.line_number) == (item.category, item.line)
+    assert reads_as(item.category, verdict.category) and verdict.line_number == item.line
     if item.line is not None:
         assert verdict.evidence is not None
         assert verdict.evidence[:40] in raw_lines(item.path)[item.line - 1]

@@ -151,7 +151,11 @@ def test_lines_that_name_no_specific_cause(line: str) -> None:
 
 def test_noise_warnings_and_hints() -> None:
     assert RULES.is_noise("gpu01:1:1 [0] NCCL INFO Channel 00/02")
-    assert RULES.is_noise("[TP0] Decode out of memory happened. #retracted_reqs: 1")
+    # a full KV pool's retraction of requests: the server goes on serving, no crash
+    retraction = "[TP0] Decode out of memory happened. #retracted_reqs: 1"
+    assert not RULES.is_noise(retraction)
+    assert (progress := RULES.progress(retraction)) is not None and progress.kind == "running"
+    assert classify_text(retraction + "\n", RULES).category == "running"
     assert RULES.is_warning("[W1014 11:00:24.551 ProcessGroupNCCL.cpp:4751] Warning: x")
     assert RULES.is_warning("host:1:1 [0] misc/socket.cc:578 NCCL WARN socketPollConnect: refused")
     assert rules.hint_of("host:1:1 [0] NCCL WARN connect returned Connection refused") == (
@@ -211,7 +215,7 @@ def test_custom_all_reduce_graph_buffers_are_part_of_graph_capture() -> None:
         "torch.ops.sgl_kernel.get_graph_buffer_ipc_meta.default(x)\n"
     )
     assert _read(quoted) == "graph_capture_other"
-    assert _read("RuntimeError: invalid argument\n") == "other_crash"
+    assert _read("RuntimeError: invalid argument\n") == "unknown_crash"
 
 
 def test_the_servers_usage_block_reads_as_bad_arguments_even_without_its_error_line() -> None:
@@ -230,7 +234,7 @@ def test_kernel_builds_missing_for_the_gpus_sm_read_as_unsupported_arch() -> Non
     )
     assert _read(ptxas) == "unsupported_arch"
     other = "subprocess.CalledProcessError: Command 'make all' returned non-zero exit status 2.\n"
-    assert _read(other) == "other_crash"
+    assert _read(other) == "unknown_crash"
 
 
 def test_a_frame_wrapped_after_its_path_keeps_its_function() -> None:
@@ -275,7 +279,7 @@ def test_a_traceback_cut_in_the_kv_slot_allocator_while_serving_is_a_runtime_oom
     assert _read(slots) == "oom_runtime"
     assert _read(call) == "oom_runtime"  # cut at the call into the allocator
     # the same traceback cut before the allocator says nothing about memory
-    assert _read(head) == "other_crash"
+    assert _read(head) == "unknown_crash"
     # the start-up pool, cut while its buffers are created, stays a KV pool that does not fit
     pool = (
         "Traceback (most recent call last):\n"
@@ -301,7 +305,7 @@ def test_kernel_and_amd_architecture_refusals_read_as_unsupported_arch() -> None
 
 def test_rocms_gpu_memory_access_fault_is_a_crash() -> None:
     fault = "Memory access fault by GPU node-2 (Agent handle: 0x5a0d) on address 0x7d35.\n"
-    assert _read("[2025-01-01 00:00:00] Decode batch. #running-req: 1\n" + fault) == "other_crash"
+    assert _read("[2025-01-01 00:00:00] Decode batch. #running-req: 1\n" + fault) == "unknown_crash"
 
 
 def test_an_exception_name_cut_inside_torchs_out_of_memory_error_is_an_oom() -> None:
@@ -322,7 +326,7 @@ def test_an_exception_name_cut_inside_torchs_out_of_memory_error_is_an_oom() -> 
     assert _read(serving + "torch.Out\n") == "oom_runtime"
     # another name, or the start of one that other exceptions share, is no OOM
     assert _read(capture + "torch.\n") == "graph_capture_other"
-    assert _read(serving + "torch.ones\n") == "other_crash"
+    assert _read(serving + "torch.ones\n") == "unknown_crash"
 
 
 def test_a_logger_tag_naming_the_graph_buffer_registration_is_no_capture_failure() -> None:
@@ -369,8 +373,8 @@ def test_a_cuda_error_while_graphs_are_captured_is_a_capture_failure() -> None:
     illegal = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
     assert _read(begin + illegal) == "graph_capture_other"
     end = "[2026-03-17 07:16:38 TP0] Capture cuda graph end. Time elapsed: 27.41 s.\n"
-    assert _read(illegal) == "other_crash"
-    assert _read(begin + end + illegal) == "other_crash"
+    assert _read(illegal) == "unknown_crash"
+    assert _read(begin + end + illegal) == "unknown_crash"
     # a GPU the kernel was not built for keeps its own category, inside capture too
     arch = "CUDA error (csrc/get_mla_metadata.cu:93): no kernel image is available for execution\n"
     assert _read(begin + arch) == "unsupported_arch"

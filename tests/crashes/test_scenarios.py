@@ -101,7 +101,7 @@ SCENARIOS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "segfault": (
-        "other_crash",
+        "unknown_crash",
         [
             "[2026-01-01 10:00:00 TP0] Load weight begin. avail mem=78.00 GB",
             "!!!!!!! Segfault encountered !!!!!!!",
@@ -119,7 +119,7 @@ SCENARIOS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "custom_all_reduce_without_p2p": (
-        "other_crash",
+        "unknown_crash",
         [
             "Traceback (most recent call last):",
             FRAME.format("distributed/device_communicators/custom_all_reduce.py", 160, "__init__"),

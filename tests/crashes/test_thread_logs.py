@@ -18,6 +18,8 @@ from autotune import crashes
 from autotune.crashes import CRASH_CATEGORIES, HEALTHY_CATEGORIES, UNKNOWN_CRASH, AdviceContext
 from autotune.engines import EngineSpec, create_engine
 
+from ._data import reads_as
+
 pytestmark = pytest.mark.timeout(60)
 
 THREADS = Path(__file__).resolve().parent / "data" / "threads"
@@ -25,26 +27,25 @@ ROWS = list(csv.DictReader((THREADS / "LABELS.tsv").open(encoding="utf-8"), deli
 RULES = {kind: create_engine(EngineSpec(kind=kind)).crash_rules() for kind in ("sglang", "vllm")}
 MEMORY = {"mem_fraction_static", "gpu_memory_utilization", "cuda_graph_max_bs"}
 
-#: Misses of the held-out half at its one measurement (file -> read as).
+#: Misses of the held-out half at its one measurement (file -> read as), less t01, t02, t25, t27
+#: and t57: rules for their lines (SGLang's "Piecewise CUDA Graph failed", an assert naming the SMs
+#: a kernel runs on, SGLang's retraction of requests while serving, Gloo failing to connect the
+#: ranks) were written after that measurement had shown them, so they count with the dev side
+#: since (threads2/README.md).
 HELD_OUT_MISSES = {
-    "t01_amd_piecewise_failed_attribute_error.log": "other_crash",
-    "t02_nsa_piecewise_failed_tensor_match.log": "other_crash",
-    "t03_qwen3vl_pcg_capture_stream_assertion.log": "other_crash",
-    "t04_piecewise_v055_model_runner_frames_cut.log": "other_crash",
+    "t03_qwen3vl_pcg_capture_stream_assertion.log": "unknown_crash",
+    "t04_piecewise_v055_model_runner_frames_cut.log": "unknown_crash",
     "t05_qwen2_capture_all_gather_frames_cut.log": "nccl_error",
-    "t06_vllm_initialize_cache_raise_if_invalid_cut.log": "other_crash",
+    "t06_vllm_initialize_cache_raise_if_invalid_cut.log": "unknown_crash",
     "t16_r1_four_nodes_load_weight_lines_only.log": "starting",
     "t24_runpod_engine_init_oom_reverse_order_capture.log": "oom_runtime",
-    "t25_fa4_fp8_only_sm100_assertion.log": "starting",
     "t26_5090_fp8_init_cuda_graphs_frames_cut.log": "graph_capture_other",
-    "t27_decode_oom_retracted_lines_only.log": "starting",
     "t28_overlap_retract_decode_batches_cut.log": "running",
     "t35_trt_allreduce_fusion_sm120_capture_failed.log": "graph_capture_other",
     "t38_glm_sm120_preamble_before_tllmgen_error.log": "starting",
-    "t57_multinode_gloo_connect_full_mesh_failed.log": "other_crash",
-    "t58_verl_vllm_init_device_eaddrinuse_frames.log": "other_crash",
-    "t60_qwen3_235b_v1_capture_graph_frames_cut.log": "other_crash",
-    "t64_nextn_deepgemm_draft_capture_segfault.log": "other_crash",
+    "t58_verl_vllm_init_device_eaddrinuse_frames.log": "unknown_crash",
+    "t60_qwen3_235b_v1_capture_graph_frames_cut.log": "unknown_crash",
+    "t64_nextn_deepgemm_draft_capture_segfault.log": "unknown_crash",
     "t65_generate_200_ok_lines_serving.log": "starting",
     "t68_qwen72b_ray_cuda_oom_then_capture_lines.log": "oom_runtime",
 }
@@ -53,12 +54,12 @@ DEV_MISSES = {
     "t08_vllm_nccl_info_lines_only.log": "starting",
     "t23_gemma2_capture_begin_lines_only.log": "starting",
     "t30_nextn_fused_moe_oom_custom_ar_capture_frames.log": "graph_capture_other",
-    "t34_eaddrinuse_nccl_communicator_asgi_frames.log": "other_crash",
+    "t34_eaddrinuse_nccl_communicator_asgi_frames.log": "unknown_crash",
     "t39_dflash_negative_max_num_scheduled_tokens.log": "starting",
-    "t47_llava_next_create_weights_frames_cut.log": "other_crash",
-    "t48_l4_router_load_model_frames_cut.log": "other_crash",
+    "t47_llava_next_create_weights_frames_cut.log": "unknown_crash",
+    "t48_l4_router_load_model_frames_cut.log": "unknown_crash",
     "t51_qanything_compose_check_gpu_supports_dtype_cut.log": "starting",
-    "t56_init_device_tcpstore_client_timeout_frames.log": "other_crash",
+    "t56_init_device_tcpstore_client_timeout_frames.log": "unknown_crash",
     "t67_pixtral_args_namespace_only.log": "starting",
     "t69_t4_profile_then_capture_begins_cut.log": "starting",
 }
@@ -85,14 +86,16 @@ def test_the_corpus_is_real_labelled_and_split_by_thread() -> None:
 @pytest.mark.parametrize("row", ROWS, ids=[r["file"] for r in ROWS])
 def test_each_log_reads_as_labelled_or_as_its_pinned_miss(row: dict[str, str]) -> None:
     misses = HELD_OUT_MISSES if row["split"] == "held_out" else DEV_MISSES
-    assert _read(row).category == misses.get(row["file"], row["category"])
+    got = _read(row).category
+    assert got == misses[row["file"]] if row["file"] in misses else reads_as(row["category"], got)
 
 
 @pytest.mark.parametrize("split", ["dev", "held_out"])
 def test_the_figures(split: str) -> None:
     rows = [r for r in ROWS if r["split"] == split]
-    right = [r for r in rows if _read(r).category == r["category"]]
-    expected = {"dev": (27, 16), "held_out": (35, 15)}[split]
+    right = [r for r in rows if reads_as(r["category"], _read(r).category)]
+    # held out: 15 at its one measurement, 20 with t01, t02, t25, t27 and t57 read right since
+    expected = {"dev": (27, 16), "held_out": (35, 20)}[split]
     assert (len(rows), len(right)) == expected
 
 

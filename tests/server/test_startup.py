@@ -164,7 +164,7 @@ def test_exit_without_evidence(tmp_path: Path, port: int) -> None:
     with start(tmp_path, port, "exit0") as proc:
         result = watch(proc, port, 120)
     assert result.status == "exited"
-    assert result.category == "other_crash"
+    assert result.category == "unknown_crash"
     assert result.exit_code == 0
     assert result.failure_line == "nothing to do"  # the last line of the log
     assert "exited with code 0" in result.detail

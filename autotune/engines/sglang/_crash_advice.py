@@ -370,7 +370,10 @@ def _running(ctx: AdviceContext) -> str:
 
 def _starting(ctx: AdviceContext) -> str:
     where = f" (last step seen: {ctx.phase})" if ctx.phase else ""
-    return f"nothing decisive yet: the server is still starting{where}"
+    return (
+        f"nothing decisive yet: the server is still starting{where}; if its process has "
+        "exited, its exit status (logs classify --exit-code) makes this an unknown_crash"
+    )
 
 
 _HANDLERS = {

@@ -145,6 +145,9 @@ _ARGPARSE = re.compile(
     r"|\bNo such option: -|\bGot unexpected extra argument"
 )
 _USAGE = re.compile(r"^\s*usage: \S+")
+#: SGLang's own line when its piecewise CUDA graph fails to capture or run ("Piecewise CUDA Graph
+#: failed with error: ..."): the capture's cause, whatever the error says (memory was read first).
+_PIECEWISE_FAILED = re.compile(r"\bPiecewise CUDA Graph failed\b", re.I)
 #: A check that refuses a setting's value and lists the ones it takes ("Invalid kv_cache_dtype:
 #: float16. Valid values are: (...)"), read on an exception line.
 _ARG_VALUE = re.compile(
@@ -186,9 +189,9 @@ _NOISE = (
     " NCCL INFO ",
     "Using a slow tokenizer",
     "warnings.warn(",
-    "KV cache pool is full. Retract requests",
-    "out of memory happened",
 )
+#: (SGLang's retraction of requests when its KV pool is full, "Decode out of memory happened.
+#: #retracted_reqs: 1", is not noise but a sign of serving: its progress step is "running")
 
 _TRIGGER = re.compile(
     r"memory|captur|nccl|error|exception|traceback|file \"|capabilit|sm_?\d|architectur"
@@ -225,6 +228,9 @@ def specific_cause(
     if found is not None:
         return found
     in_capture_tb = exception is not None and TAG_CAPTURE in tags
+    m = _PIECEWISE_FAILED.search(line)
+    if m is not None:
+        return "graph_capture_other", m.start()
     m = _CAPTURE_OP.search(line)
     if m is None and not _INFO_RECORD.match(line):
         m = _GRAPH_BUFFER_CALL.search(line)

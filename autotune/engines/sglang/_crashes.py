@@ -21,7 +21,11 @@ from autotune.engines.sglang import _crash_rules as rules
 from autotune.engines.sglang._crash_advice import advise, moves
 
 READY_TEXT = "The server is fired up and ready to roll"
-_RUNNING = re.compile(r"\b(?:Decode|Prefill) batch\b")
+#: A serving server's batch lines, and its retraction of requests when the KV pool is full
+#: ("Decode out of memory happened. #retracted_reqs: 1"): how it goes on serving, not a crash.
+_RUNNING = re.compile(
+    r"\b(?:Decode|Prefill) batch\b|#retracted_reqs:|KV cache pool is full\. Retract requests"
+)
 _CAPTURE_BEGIN = re.compile(r"Capture (?:(draft|draft extend|piecewise) )?cuda graph begin", re.I)
 _CAPTURE_END = re.compile(r"Capture (?:[\w ]+ )?cuda graph end", re.I)
 _CAPTURING = re.compile(r"Capturing batches|Capture cuda graph bs", re.I)

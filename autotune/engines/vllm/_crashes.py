@@ -239,7 +239,11 @@ def advise(ctx: AdviceContext) -> str:
     if category == "port_in_use":
         return "The port is taken by another program: free it or choose engine.port."
     if category == "starting":
-        return f"The server had not finished starting (last step: {ctx.phase or 'unknown'})."
+        return (
+            f"The server had not finished starting (last step: {ctx.phase or 'unknown'}); if its "
+            "process has exited, its exit status (logs classify --exit-code) makes this an "
+            "unknown_crash."
+        )
     if category in ("ready", "running"):
         return "The server started and served; no crash in this log."
     if category == "unknown_crash":

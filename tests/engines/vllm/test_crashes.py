@@ -90,7 +90,7 @@ def test_an_error_raised_while_parsing_the_command_line_is_bad_arguments() -> No
     )
     assert classify_text(text, VLLM_CRASH_RULES).category == "bad_args"
     served = text.replace("parse_args", "load_model").replace("cli/main.py", "worker.py")
-    assert classify_text(served, VLLM_CRASH_RULES).category == "other_crash"
+    assert classify_text(served, VLLM_CRASH_RULES).category == "unknown_crash"
 
 
 def test_zero_kv_cache_blocks_read_as_a_kv_cache_that_does_not_fit() -> None:
@@ -118,7 +118,7 @@ def test_a_worker_that_failed_to_start_is_a_crash() -> None:
         "(Worker_TP0 pid=5) ERROR 10-06 18:54:30 [multiproc_executor.py:2] WorkerProc failed to"
         " start.\n"
     )
-    assert classify_text(text, VLLM_CRASH_RULES).category == "other_crash"
+    assert classify_text(text, VLLM_CRASH_RULES).category == "unknown_crash"
     loading = text.splitlines(keepends=True)[0]
     assert classify_text(loading, VLLM_CRASH_RULES).category == "starting"
 
@@ -137,7 +137,7 @@ def test_rocms_gpu_memory_access_fault_is_a_crash() -> None:
     fault = (
         "Memory access fault by GPU node-2 (Agent handle: 0x5a) on address 0x7d. Reason: Unknown.\n"
     )
-    assert classify_text(fault, VLLM_CRASH_RULES).category == "other_crash"
+    assert classify_text(fault, VLLM_CRASH_RULES).category == "unknown_crash"
 
 
 def test_a_paste_that_ran_lines_together_keeps_the_error_before_an_nccl_info_tag() -> None:
@@ -199,5 +199,5 @@ def test_a_cuda_error_while_graphs_are_captured_is_a_capture_failure() -> None:
     assert classify_text(capture + arch, VLLM_CRASH_RULES).category == "unsupported_arch"
     # the same CUDA error outside capture, or once capture finished, is no capture failure
     done = "INFO 08-07 23:22:57 [gpu_model_runner.py:6905] Graph capturing finished in 22 secs\n"
-    assert classify_text(illegal, VLLM_CRASH_RULES).category == "other_crash"
-    assert classify_text(capture + done + illegal, VLLM_CRASH_RULES).category == "other_crash"
+    assert classify_text(illegal, VLLM_CRASH_RULES).category == "unknown_crash"
+    assert classify_text(capture + done + illegal, VLLM_CRASH_RULES).category == "unknown_crash"
