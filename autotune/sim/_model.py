@@ -9,6 +9,7 @@ engine the simulated server paces in real time), and what a benchmark of a workl
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from autotune._knobs import ServerConfig
 from autotune._workload import WorkloadSpec
@@ -96,22 +97,29 @@ class SimModel:
         *,
         env: Mapping[str, str] | None = None,
         reserved_gib: float = 0.0,
+        shown: Mapping[str, Any] | None = None,
     ) -> StartupPlan:
         """Phases, log lines and the crash (if any) of a server started with ``config``;
         ``reserved_gib`` is memory another part of the server takes from the KV pool (SGLang
-        0.5.17's multimodal feature pool, :func:`autotune.sim._memory.plan_memory`)."""
+        0.5.17's multimodal feature pool, :func:`autotune.sim._memory.plan_memory`);
+        ``shown`` the resolved server arguments its ``server_args=`` line prints."""
         env = env or {}
         config = self.resolve(config)
         if config.speculative and self.profile.draft(config.speculative_algorithm) is None:
-            return self._no_draft(config)
-        devices = self._device_failure(config, env)
+            return self._no_draft(config, shown)
+        devices = self._device_failure(config, env, shown)
         if devices is not None:
             return devices
         if self.engine == "vllm":
             return self._vllm.plan(config)
-        return self._planner.plan(config, env, reserved_gib=reserved_gib)
+        return self._planner.plan(config, env, reserved_gib=reserved_gib, shown=shown)
 
-    def _device_failure(self, config: ServerConfig, env: Mapping[str, str]) -> StartupPlan | None:
+    def _device_failure(
+        self,
+        config: ServerConfig,
+        env: Mapping[str, str],
+        shown: Mapping[str, Any] | None = None,
+    ) -> StartupPlan | None:
         """SGLang's failure when fewer GPUs are visible than tensor parallelism needs."""
         available = self.profile.hardware.gpu_count
         visible = env.get("CUDA_VISIBLE_DEVICES")
@@ -131,17 +139,19 @@ class SimModel:
             "    torch.get_device_module(self.device).set_device(self.gpu_id)\n"
             f"{line}"
         )
-        init = self._planner.init_phase(config)
+        init = self._planner.init_phase(config, shown)
         crash = Crash("other_crash", line, (record,), init.name)
         return StartupPlan((init,), crash, None, 0, not config.disable_cuda_graph)
 
-    def _no_draft(self, config: ServerConfig) -> StartupPlan:
+    def _no_draft(
+        self, config: ServerConfig, shown: Mapping[str, Any] | None = None
+    ) -> StartupPlan:
         heads = ", ".join(self.profile.drafts) or "none"
         line = (
             f"ValueError: speculative algorithm {config.speculative_algorithm} needs a draft "
             f"model this deployment does not provide (draft heads: {heads})"
         )
-        init = self._planner.init_phase(config)
+        init = self._planner.init_phase(config, shown)
         crash = Crash("bad_args", line, (line,), init.name)
         return StartupPlan((init,), crash, None, 0, not config.disable_cuda_graph)
 
@@ -194,7 +204,10 @@ class SimModel:
         )
 
     def _learning(self, config: ServerConfig) -> Learning | None:
-        if not config.speculative:
+        """How the drafter learns while the server stays up: SGLang's n-gram table grows from
+        all the text it serves; vLLM's n-gram proposer looks only at the request's own tokens,
+        so it learns nothing across requests."""
+        if not config.speculative or self.engine == "vllm":
             return None
         draft = self.profile.draft(config.speculative_algorithm)
         return None if draft is None else draft.learning

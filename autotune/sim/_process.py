@@ -50,9 +50,34 @@ class SimProcess:
             resolve=self.model.resolve,
         )
         self.plan = self.model.plan_startup(
-            self.resolution.config, env=env, reserved_gib=self.resolution.reserved_gib
+            self.resolution.config,
+            env=env,
+            reserved_gib=self.resolution.reserved_gib,
+            shown=self._shown_args(),
         )
         self._stop = asyncio.Event()
+
+    def _shown_args(self) -> dict[str, Any]:
+        """The resolved arguments the ``server_args=`` line prints beside the fraction: the
+        speculative ones as SGLang set them (NGRAM's steps of 0 included) and the graph batch
+        under the release's own name."""
+        a = self.resolution.server_args
+        graph_key = (
+            "cuda_graph_max_bs"
+            if self.launch.sim.dialect == "0.5.3"
+            else ("cuda_graph_max_bs_decode")
+        )
+        names = (
+            "speculative_algorithm",
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+            "speculative_num_draft_tokens",
+            graph_key,
+        )
+        shown = {k: a.get(k) for k in names}
+        if self.launch.sim.dialect == "0.5.17":
+            shown["mm_feature_transport"] = a.get("mm_feature_transport")
+        return shown
 
     def run(self) -> int:
         return asyncio.run(self._main())

@@ -78,10 +78,17 @@ class StartupPlanner:
         self.profile = profile
 
     def plan(
-        self, config: ServerConfig, env: Mapping[str, str], *, reserved_gib: float = 0.0
+        self,
+        config: ServerConfig,
+        env: Mapping[str, str],
+        *,
+        reserved_gib: float = 0.0,
+        shown: Mapping[str, Any] | None = None,
     ) -> StartupPlan:
         """``reserved_gib``: memory another part of the server takes from the KV pool
-        (:func:`autotune.sim._memory.plan_memory`)."""
+        (:func:`autotune.sim._memory.plan_memory`); ``shown``: the server arguments as the
+        launch resolved them, printed in the ``server_args=`` line (else taken from
+        ``config``)."""
         p = self.profile
         mem = plan_memory(p, config, reserved_gib=reserved_gib)
         graphs = not config.disable_cuda_graph
@@ -89,7 +96,7 @@ class StartupPlanner:
         max_running = self._max_running(config, mem)
         if config.speculative and config.max_running_requests is None:
             notices.append("Max running requests is reset to 48 for speculative decoding.")
-        phases: list[StartupPhase] = [self._init_phase(config, mem.plan.mem_fraction_static)]
+        phases: list[StartupPhase] = [self._init_phase(config, mem.plan.mem_fraction_static, shown)]
         crash = self._mode_failure(config, env, graphs, "init")
         if crash is None:
             phases.append(self._weights_phase(config, mem))
@@ -128,25 +135,33 @@ class StartupPlanner:
             return 48
         return min(self.profile.runtime.default_max_running_requests, max(1, mem.plan.kv_tokens))
 
-    def init_phase(self, config: ServerConfig) -> StartupPhase:
+    def init_phase(
+        self, config: ServerConfig, shown: Mapping[str, Any] | None = None
+    ) -> StartupPhase:
         """The first phase of a start of ``config``: its arguments and the distributed init."""
-        return self._init_phase(config, plan_memory(self.profile, config).plan.mem_fraction_static)
+        fraction = plan_memory(self.profile, config).plan.mem_fraction_static
+        return self._init_phase(config, fraction, shown)
 
-    def _init_phase(self, config: ServerConfig, fraction: float) -> StartupPhase:
+    def _init_phase(
+        self, config: ServerConfig, fraction: float, shown: Mapping[str, Any] | None = None
+    ) -> StartupPhase:
         # SGLang prints its arguments once they are resolved: the automatic fraction as chosen,
         # the speculative algorithm and numbers as launched (None where speculation is off)
         p = self.profile
         spec = config.speculative
-        algorithm = config.speculative_algorithm if spec else None
+        args: dict[str, Any] = {
+            "speculative_algorithm": config.speculative_algorithm if spec else None,
+            "speculative_num_steps": config.speculative_num_steps if spec else None,
+            "speculative_eagle_topk": config.speculative_eagle_topk if spec else None,
+            "speculative_num_draft_tokens": config.speculative_num_draft_tokens if spec else None,
+            "cuda_graph_max_bs": config.cuda_graph_max_bs,
+        }
+        if shown is not None:
+            args = dict(shown)
+        listed = "".join(f"{k}={v!r}, " for k, v in args.items())
         lines = [
             f"server_args=ServerArgs(model_path='{p.model.name}', tp_size={config.tp_size}, "
-            f"mem_fraction_static={fraction}, "
-            f"speculative_algorithm={algorithm!r}, "
-            f"speculative_num_steps={config.speculative_num_steps if spec else None}, "
-            f"speculative_eagle_topk={config.speculative_eagle_topk if spec else None}, "
-            f"speculative_num_draft_tokens="
-            f"{config.speculative_num_draft_tokens if spec else None}, "
-            f"cuda_graph_max_bs={config.cuda_graph_max_bs}, ...)",
+            f"mem_fraction_static={fraction}, {listed}...)",
         ]
         if p.startup.slow_tokenizer:
             warn = (

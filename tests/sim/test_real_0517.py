@@ -150,6 +150,10 @@ def test_a_0517_ngram_start_says_what_the_real_one_said(sim: SimLauncher) -> Non
     assert "speculative_algorithm='NGRAM'" in log and "speculative_algorithm='none'" not in log
     assert (info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (10, 8)
     assert info["speculative_num_steps"] == 0  # 8 // 10, as SGLang sets it
+    args_line = next(line for line in lines if "server_args=ServerArgs(" in line)
+    for shown in ("speculative_num_steps=0", "speculative_eagle_topk=10",
+                  "cuda_graph_max_bs_decode=8", "mm_feature_transport='cuda_ipc'"):  # fmt: skip
+        assert shown in args_line
     # the timings line, before uvicorn's lines and the ready line, and the same figures served
     timing = [i for i, line in enumerate(lines) if "Engine startup timings" in line]
     started = next(i for i, line in enumerate(lines) if "Started server process" in line)
@@ -283,3 +287,15 @@ def test_memory_lines_of_a_0517_start_predict_its_kv_pool_crash() -> None:
         if refusal is not None and crash is not None:
             assert refusal.category == crash.category == "oom_kv_pool"
             assert "multimodal feature pool" in refusal.reason
+
+
+def test_vllm_ngram_serves_from_the_request_alone() -> None:
+    # vLLM's n-gram proposer looks up the request's own tokens: no draft model, and nothing
+    # learned across requests
+    model = SimModel(load_profile(FAST_PROFILE), engine="vllm")
+    config = ServerConfig(speculative_algorithm="NGRAM", speculative_num_steps=3)
+    plan = model.plan_startup(config)
+    assert plan.crash is None and plan.memory is not None
+    assert plan.memory.draft_weights_gib == 0.0
+    assert model.new_engine(config, plan).learning is None
+    assert model.evaluate(config).status == "ok"
