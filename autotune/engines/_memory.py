@@ -36,6 +36,9 @@ class MemoryReading:
     graph_max_bs: int | None = None
     graph_gib: float | None = None
     free_after_graphs_gib: float | None = None
+    #: Memory the server said it reserved on the GPU outside the static fraction's arithmetic
+    #: (SGLang 0.5.17's multimodal feature pool); already missing from ``kv_gib``.
+    reserved_gib: float | None = None
     # the configuration's knobs that the figures depend on
     speculative_algorithm: str = "none"
     speculative_num_steps: int | None = None
@@ -93,6 +96,7 @@ _NUMBERS = frozenset(
         "graph_max_bs",
         "graph_gib",
         "free_after_graphs_gib",
+        "reserved_gib",
         "speculative_num_steps",
         "speculative_eagle_topk",
         "speculative_num_draft_tokens",

@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
+from autotune._knobs import ServerConfig
 from autotune.sim._profile import Acceptance
 
 
@@ -55,6 +56,14 @@ class AcceptanceModel:
             ps.append(min(0.995, max(0.0, p)))
         return cls(tuple(ps), acc.rank_share, acc.rank_ratio)
 
+    def scaled(self, share: float) -> AcceptanceModel:
+        """The same drafter with every per-depth probability times ``share`` (a drafter that
+        has learned ``share`` of what it will know: an n-gram table still filling)."""
+        if share == 1.0:
+            return self
+        ps = tuple(min(0.995, max(0.0, p * share)) for p in self.depth_p)
+        return AcceptanceModel(ps, self.rank_share, self.rank_ratio)
+
     def rank_probability(self, depth: int, rank: int) -> float:
         """P(the true token at ``depth`` (0-based) is the head's rank-``rank`` guess)."""
         p = self.depth_p[depth]
@@ -85,6 +94,22 @@ class AcceptanceModel:
                 path = path[:-1]
                 break
         return len(path)
+
+
+def tree_shape(config: ServerConfig) -> tuple[int, int, int]:
+    """(depth, breadth, verified tokens) of the draft tree ``config`` builds.
+
+    EAGLE-family heads draft ``steps`` deep, ``topk`` wide. NGRAM has no draft steps (SGLang
+    sets them to draft tokens // breadth, 0 with 8 draft tokens and breadth 10): its BFS over
+    the n-gram table proposes up to ``num_draft_tokens - 1`` tokens, as deep as a match goes,
+    ``topk`` (its BFS breadth) wide.
+    """
+    steps = config.speculative_num_steps or 0
+    topk = config.speculative_eagle_topk or 1
+    draft = config.speculative_num_draft_tokens or (max(1, steps) + 1)
+    if config.speculative_algorithm == "NGRAM":
+        return max(1, draft - 1), topk, draft
+    return max(1, steps), topk, draft
 
 
 @lru_cache(maxsize=4096)

@@ -1,8 +1,8 @@
 """The simulated server's command line: SGLang's ``launch_server`` flags per release, and its rules.
 
 :func:`parse_launch_args` reads a command line with the parser of the release it imitates
-(:mod:`autotune.sim._parser`: dialects ``0.5.23`` and ``0.5.3``; argparse errors exit with code
-2, as SGLang's do).
+(:mod:`autotune.sim._parser`: dialects ``0.5.23``, ``0.5.17`` and ``0.5.3``; argparse errors
+exit with code 2, as SGLang's do).
 
 After parsing, :func:`resolve_launch` applies SGLang's own argument rules for speculative decoding
 (the reset of max running requests to 48, the top-k 1 rewrite of the number of draft tokens, the
@@ -67,6 +67,9 @@ class Resolution:
     config: ServerConfig
     warnings: tuple[str, ...]
     server_args: Mapping[str, Any]
+    #: GiB the server reserves on the GPU outside the static arithmetic, taken from the KV pool
+    #: (0.5.17's multimodal feature pool under ``cuda_ipc``: :func:`multimodal_transport`).
+    reserved_gib: float = 0.0
 
     @property
     def num_draft_tokens(self) -> int:
@@ -159,13 +162,18 @@ def resolve_launch(
                 warnings.append("speculative_num_draft_tokens is set to 12 by default for ngram "
                                 "speculative decoding. You can override this by explicitly "
                                 "setting --speculative-num-draft-tokens.")  # fmt: skip
-            # SGLang sets NGRAM's top-k to its BFS breadth
-            topk = a.get("speculative_ngram_max_bfs_breadth") or topk or 1
-            steps = steps or max(1, draft // topk)
+            # SGLang sets NGRAM's top-k to its BFS breadth (10 unless given), whatever
+            # --speculative-eagle-topk says, and its steps to draft tokens // top-k where unset
+            # (0 with 8 draft tokens: NGRAM drafts no steps, its table does)
+            topk = a.get("speculative_ngram_max_bfs_breadth") or NGRAM_BREADTH
+            steps = draft // topk if steps is None else steps
         else:
             steps, topk, draft = _eagle_rules(a, algorithm, resolve, warnings, dialect)
         _validate_with_speculation(a, algorithm, dialect)
     a.update(zip(SPECULATIVE_NUMBERS, (steps, topk, draft), strict=True))
+    if algorithm == "NGRAM" and steps is not None:
+        steps = max(1, steps)  # the configuration's steps count from 1; the table has none
+    reserved_gib = multimodal_transport(a, dialect, env, warnings)
     if algorithm in ("EAGLE", "NEXTN") and architecture in _MTP_ARCHITECTURES:
         a["speculative_draft_model_path"] = a["speculative_draft_model_path"] or a["model_path"]
     config = ServerConfig.from_params(
@@ -188,7 +196,48 @@ def resolve_launch(
         },
         source="command line",
     )
-    return Resolution(config=config, warnings=tuple(warnings), server_args=a)
+    return Resolution(
+        config=config, warnings=tuple(warnings), server_args=a, reserved_gib=reserved_gib
+    )
+
+
+#: NGRAM's BFS breadth when ``--speculative-ngram-max-bfs-breadth`` is not given.
+NGRAM_BREADTH = 10
+#: The multimodal feature pool SGLang reserves under ``cuda_ipc``, MiB, unless
+#: ``SGLANG_MM_FEATURE_CACHE_MB`` says otherwise.
+MM_FEATURE_CACHE_MB = 1024
+
+
+def multimodal_transport(
+    a: dict[str, Any], dialect: str, env: Mapping[str, str], lines: list[str]
+) -> float:
+    """SGLang 0.5.17's multimodal feature transport: GiB it reserves on the GPU.
+
+    Unset, it resolves to ``cuda_ipc`` on one node (0.5.16 chose ``cpu``; later releases
+    choose ``cpu`` again) and says so; ``cuda_ipc`` reserves ``SGLANG_MM_FEATURE_CACHE_MB``
+    (1,024 MiB) on the base GPU, which the KV pool then lacks (a real 0.5.17 on an H100 did
+    so for a text-only model); ``--mm-feature-transport cpu`` reserves nothing. The messages
+    go to ``lines``; ``a`` gets the resolved value. Other dialects: nothing.
+    """
+    if dialect != "0.5.17":
+        return 0.0
+    transport = a.get("mm_feature_transport")
+    if transport is None:
+        transport = a["mm_feature_transport"] = "cuda_ipc"
+        lines.append("Multimodal feature transport auto-resolved to cuda_ipc (single-node "
+                     "CUDA). Pass --mm-feature-transport=cpu to opt out.")  # fmt: skip
+    if transport != "cuda_ipc":
+        return 0.0
+    try:
+        mib = int(env.get("SGLANG_MM_FEATURE_CACHE_MB") or MM_FEATURE_CACHE_MB)
+    except ValueError:
+        mib = MM_FEATURE_CACHE_MB
+    lines.append(
+        f"Using CUDA IPC for multimodal features: reserving up to {mib} MiB on base GPU 0 "
+        "across 1 tokenizer worker(s). This reduces KV cache headroom; a full pool falls back "
+        "to CPU transport."
+    )
+    return max(0, mib) / 1024
 
 
 def _eagle_rules(
@@ -259,7 +308,7 @@ def _validate_with_speculation(a: Mapping[str, Any], algorithm: str, dialect: st
 def _graph_max_bs(a: Mapping[str, Any], dialect: str) -> int | None:
     key, list_key = (
         ("cuda_graph_max_bs_decode", "cuda_graph_bs_decode")
-        if dialect == "0.5.23"
+        if dialect != "0.5.3"
         else ("cuda_graph_max_bs", "cuda_graph_bs")
     )
     value = a.get(key)

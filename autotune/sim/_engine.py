@@ -24,7 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autotune.sim._acceptance import AcceptanceModel, DraftTree
+from autotune.sim._acceptance import AcceptanceModel, DraftTree, tree_shape
+from autotune.sim._profile import Learning
 from autotune.sim._timing import StepTimer
 from autotune.sim._types import CycleTimes, SimRequest, StepResult, TokenEvent
 
@@ -129,6 +130,7 @@ class ServingEngine:
         chunk: int,
         acceptance: AcceptanceModel | None,
         acceptance_for: Callable[[float], AcceptanceModel | None] | None = None,
+        learning: Learning | None = None,
         noise: float = 0.0,
         seed: int = 0,
     ) -> None:
@@ -142,6 +144,9 @@ class ServingEngine:
         self._acceptance = acceptance
         self._acceptance_for = acceptance_for
         self._by_temp: dict[float, AcceptanceModel | None] = {}
+        #: How the drafter learns from the served text (an n-gram table), from this start on.
+        self.learning = learning
+        self._learned: dict[tuple[float, float], AcceptanceModel] = {}
         self.rng = random.Random(seed)
         self.noise = _Noise(noise, noise * 0.5, random.Random(seed + 1))
         self.waiting: deque[_Req] = deque()
@@ -244,25 +249,29 @@ class ServingEngine:
         return StepResult(duration, "prefill", events, *self._counts(decoding))
 
     def _model_for(self, temperature: float) -> AcceptanceModel | None:
-        """The acceptance model at a request's temperature (built once per temperature)."""
+        """The acceptance model at a request's temperature (built once per temperature), as
+        far as the drafter has learned from the tokens generated since the start."""
         key = round(temperature, 2)
         if key == 0.0 or self._acceptance_for is None:
-            return self._acceptance
-        if key not in self._by_temp:
-            self._by_temp[key] = self._acceptance_for(key)
-        return self._by_temp[key]
+            model = self._acceptance
+        else:
+            if key not in self._by_temp:
+                self._by_temp[key] = self._acceptance_for(key)
+            model = self._by_temp[key]
+        if model is None or self.learning is None:
+            return model
+        share = self.learning.share(self.stats.generation_tokens_total)
+        learned = self._learned.get((key, share))
+        if learned is None:
+            learned = self._learned[(key, share)] = model.scaled(share)
+        return learned
 
     def _tree(self, req: _Req) -> tuple[AcceptanceModel, DraftTree] | None:
         cfg = self.config
         model = self._model_for(req.temperature)
         if model is None or not cfg.speculative:
             return None
-        tree = model.tree(
-            cfg.speculative_num_steps or 1,
-            cfg.speculative_eagle_topk or 1,
-            cfg.speculative_num_draft_tokens or ((cfg.speculative_num_steps or 1) + 1),
-        )
-        return model, tree
+        return model, model.tree(*tree_shape(cfg))
 
     def _cycles_until_finish(self) -> int:
         """Decode steps (at zero noise) until the first running request reaches its budget."""

@@ -13,6 +13,11 @@ pool, which grows with the captured batch sizes and, under speculation, with the
 out-of-memory error otherwise. Too low a fraction starves the KV pool, too high a fraction starves
 the graphs: the feasible band depends on the other knobs.
 
+Memory that another part of the server reserves on the GPU after SGLang measured its budget
+and before it sizes the pool (``reserved_gib``: SGLang 0.5.17's multimodal feature pool, 1 GiB
+unless ``--mm-feature-transport cpu``) is missing from what the weights leave, so it comes out of
+the KV pool whole; what is left outside the static pool stays ``total * (1 - fraction)``.
+
 The automatic fraction follows SGLang's reserved-memory rule (see :func:`auto_fraction`) with
 the profile's constants.
 """
@@ -99,7 +104,9 @@ def auto_fraction(profile: Profile, config: ServerConfig) -> float:
     return round((total_mib - reserved_mib) / total_mib, 3)
 
 
-def plan_memory(profile: Profile, config: ServerConfig) -> MemoryVerdict:
+def plan_memory(
+    profile: Profile, config: ServerConfig, *, reserved_gib: float = 0.0
+) -> MemoryVerdict:
     hw = profile.hardware
     rt = profile.runtime
     total = hw.memory_gib
@@ -116,7 +123,7 @@ def plan_memory(profile: Profile, config: ServerConfig) -> MemoryVerdict:
         else config.mem_fraction_static
     )
     static = total * fraction
-    kv_pool = static - context - target - draft_w
+    kv_pool = static - context - target - draft_w - reserved_gib
     kv_per_token = profile.model.kv_bytes_per_gpu(tp)
     if draft is not None:
         kv_per_token += draft.kv_bytes_per_token
@@ -126,7 +133,7 @@ def plan_memory(profile: Profile, config: ServerConfig) -> MemoryVerdict:
     per_bs = graph_tokens_per_bs(config)
     graph_tokens = max_bs * per_bs if graphs else 0
     graph_gib = rt.graph_base_gib + rt.graph_gib_per_token * graph_tokens if graphs else 0.0
-    free_after = total - max(static, context + target + draft_w)
+    free_after = total - max(static, context + target + draft_w + reserved_gib)
     plan = MemoryPlan(
         total_gib=total,
         mem_fraction_static=fraction,
@@ -139,8 +146,9 @@ def plan_memory(profile: Profile, config: ServerConfig) -> MemoryVerdict:
         graph_gib=graph_gib,
         activation_gib=rt.activation_gib,
         free_after_static_gib=free_after,
+        reserved_gib=reserved_gib,
     )
-    if context + target + draft_w > total:
+    if context + target + draft_w + reserved_gib > total:
         return MemoryVerdict(plan, "weights", graph_tokens, max_bs)
     if kv_tokens <= 0:
         return MemoryVerdict(plan, "kv_pool", graph_tokens, max_bs)

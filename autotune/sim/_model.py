@@ -9,13 +9,14 @@ engine the simulated server paces in real time), and what a benchmark of a workl
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from autotune._knobs import ServerConfig
 from autotune._workload import WorkloadSpec
-from autotune.sim._acceptance import AcceptanceModel
+from autotune.sim._acceptance import AcceptanceModel, tree_shape
 from autotune.sim._engine import ServingEngine
 from autotune.sim._memory import max_bs_of
-from autotune.sim._profile import Profile, load_profile
+from autotune.sim._profile import Learning, Profile, load_profile
 from autotune.sim._startup import StartupPlanner
 from autotune.sim._timing import StepTimer
 from autotune.sim._types import Crash, StartupPlan, Verdict
@@ -91,21 +92,34 @@ class SimModel:
         )
 
     def plan_startup(
-        self, config: ServerConfig, *, env: Mapping[str, str] | None = None
+        self,
+        config: ServerConfig,
+        *,
+        env: Mapping[str, str] | None = None,
+        reserved_gib: float = 0.0,
+        shown: Mapping[str, Any] | None = None,
     ) -> StartupPlan:
-        """Phases, log lines and the crash (if any) of a server started with ``config``."""
+        """Phases, log lines and the crash (if any) of a server started with ``config``;
+        ``reserved_gib`` is memory another part of the server takes from the KV pool (SGLang
+        0.5.17's multimodal feature pool, :func:`autotune.sim._memory.plan_memory`);
+        ``shown`` the resolved server arguments its ``server_args=`` line prints."""
         env = env or {}
         config = self.resolve(config)
         if config.speculative and self.profile.draft(config.speculative_algorithm) is None:
-            return self._no_draft(config)
-        devices = self._device_failure(config, env)
+            return self._no_draft(config, shown)
+        devices = self._device_failure(config, env, shown)
         if devices is not None:
             return devices
         if self.engine == "vllm":
             return self._vllm.plan(config)
-        return self._planner.plan(config, env)
+        return self._planner.plan(config, env, reserved_gib=reserved_gib, shown=shown)
 
-    def _device_failure(self, config: ServerConfig, env: Mapping[str, str]) -> StartupPlan | None:
+    def _device_failure(
+        self,
+        config: ServerConfig,
+        env: Mapping[str, str],
+        shown: Mapping[str, Any] | None = None,
+    ) -> StartupPlan | None:
         """SGLang's failure when fewer GPUs are visible than tensor parallelism needs."""
         available = self.profile.hardware.gpu_count
         visible = env.get("CUDA_VISIBLE_DEVICES")
@@ -125,17 +139,19 @@ class SimModel:
             "    torch.get_device_module(self.device).set_device(self.gpu_id)\n"
             f"{line}"
         )
-        init = self._planner.plan(config.replace(tp_size=1, speculative_algorithm="none"), env)
-        crash = Crash("other_crash", line, (record,), init.phases[0].name)
-        return StartupPlan((init.phases[0],), crash, None, 0, not config.disable_cuda_graph)
+        init = self._planner.init_phase(config, shown)
+        crash = Crash("other_crash", line, (record,), init.name)
+        return StartupPlan((init,), crash, None, 0, not config.disable_cuda_graph)
 
-    def _no_draft(self, config: ServerConfig) -> StartupPlan:
+    def _no_draft(
+        self, config: ServerConfig, shown: Mapping[str, Any] | None = None
+    ) -> StartupPlan:
         heads = ", ".join(self.profile.drafts) or "none"
         line = (
             f"ValueError: speculative algorithm {config.speculative_algorithm} needs a draft "
             f"model this deployment does not provide (draft heads: {heads})"
         )
-        init = self._planner.plan(config.replace(speculative_algorithm="none"), {}).phases[0]
+        init = self._planner.init_phase(config, shown)
         crash = Crash("bad_args", line, (line,), init.name)
         return StartupPlan((init,), crash, None, 0, not config.disable_cuda_graph)
 
@@ -149,7 +165,7 @@ class SimModel:
         draft = self.profile.draft(config.speculative_algorithm)
         if draft is None:
             return None
-        depth = max(1, config.speculative_num_steps or 1)
+        depth = tree_shape(config)[0]
         if scale is None:
             scale = self.profile.acceptance_scale.get(self.profile.default_workload_name, 1.0)
         return AcceptanceModel.build(
@@ -182,9 +198,19 @@ class SimModel:
             chunk=config.chunked_prefill_size or self.profile.runtime.default_chunked_prefill,
             acceptance=self.acceptance(config, scale=acceptance_scale),
             acceptance_for=lambda t: self.acceptance(config, temperature=t, scale=acceptance_scale),
+            learning=self._learning(config),
             noise=noise,
             seed=seed,
         )
+
+    def _learning(self, config: ServerConfig) -> Learning | None:
+        """How the drafter learns while the server stays up: SGLang's n-gram table grows from
+        all the text it serves; vLLM's n-gram proposer looks only at the request's own tokens,
+        so it learns nothing across requests."""
+        if not config.speculative or self.engine == "vllm":
+            return None
+        draft = self.profile.draft(config.speculative_algorithm)
+        return None if draft is None else draft.learning
 
     # --- evaluation ------------------------------------------------------------------------
     def evaluate(

@@ -1,7 +1,9 @@
 """SGLang's ``launch_server`` command line per release, plus the simulator's ``--sim-*`` options.
 
-Two flag dialects: ``0.5.23`` (per-phase CUDA-graph flags ``--cuda-graph-max-bs-decode`` /
-``-prefill``; ``--cuda-graph-max-bs`` is then ambiguous, exactly as in that release) and ``0.5.3``
+Three flag dialects: ``0.5.23`` (per-phase CUDA-graph flags ``--cuda-graph-max-bs-decode`` /
+``-prefill``; ``--cuda-graph-max-bs`` is then ambiguous, exactly as in that release), ``0.5.17``
+(the same per-phase flags, with ``--cuda-graph-max-bs`` still accepted as a deprecated alias of
+``--cuda-graph-max-bs-decode``, and ``--mm-feature-transport``) and ``0.5.3``
 (``--cuda-graph-max-bs``, ``--enable-ep-moe``). Abbreviations stay enabled, as in SGLang, so a
 prefix of a flag is accepted and a prefix of two flags is an argparse error (exit code 2).
 Deprecated flags record SGLang's warning in the namespace's ``sim_deprecations`` list.
@@ -16,9 +18,9 @@ from typing import Any
 from autotune._errors import ConfigError
 from autotune.sim._faults import parse_fault
 
-DIALECTS: tuple[str, ...] = ("0.5.23", "0.5.3")
+DIALECTS: tuple[str, ...] = ("0.5.23", "0.5.17", "0.5.3")
 DEFAULT_PROFILE = "rtxpro6000x8-kimi-k2.5"
-PROG = {"0.5.23": "sglang serve", "0.5.3": "launch_server.py"}
+PROG = {"0.5.23": "sglang serve", "0.5.17": "launch_server.py", "0.5.3": "launch_server.py"}
 
 _ATTENTION = {
     "0.5.23": (
@@ -32,6 +34,7 @@ _ATTENTION = {
         "intel_amx", "ascend",
     ),
 }  # fmt: skip
+_ATTENTION["0.5.17"] = _ATTENTION["0.5.23"]
 
 
 class _DeprecatedTrue(argparse.Action):
@@ -53,6 +56,28 @@ class _DeprecatedTrue(argparse.Action):
             f"Use '{self.new_flag}' instead."
         )
         setattr(namespace, self.dest, True)
+
+
+class _DeprecatedAlias(argparse.Action):
+    """A deprecated spelling of another option: stores into its field and records SGLang's
+    warning (0.5.17's ``--cuda-graph-max-bs`` for ``--cuda-graph-max-bs-decode``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        self.new_flag = kwargs.pop("new_flag")
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        namespace.sim_deprecations.append(
+            f"'{option_string}' is deprecated and will be removed in a future release. "
+            f"Use '{self.new_flag}' instead."
+        )
+        setattr(namespace, self.dest, values)
 
 
 def _non_negative(text: str) -> float:
@@ -131,7 +156,7 @@ def build_parser(dialect: str, prog: str | None = None) -> argparse.ArgumentPars
     add("--enable-torch-compile", action="store_true")
     add("--moe-a2a-backend", type=str, default="none")
     add("--disable-cuda-graph-padding", action="store_true")
-    if dialect == "0.5.23":
+    if dialect in ("0.5.23", "0.5.17"):
         backends = ("full", "breakable", "disabled")
         add("--cuda-graph-backend-decode", choices=backends)
         add("--cuda-graph-backend-prefill", choices=backends)
@@ -145,6 +170,10 @@ def build_parser(dialect: str, prog: str | None = None) -> argparse.ArgumentPars
         add("--enable-flashinfer-allreduce-fusion", action="store_true",
             help="(Deprecated: use --flashinfer-allreduce-fusion-backend=auto)")  # fmt: skip
         add("--enforce-disable-flashinfer-allreduce-fusion", action="store_true")
+        if dialect == "0.5.17":
+            add("--cuda-graph-max-bs", type=int, dest="cuda_graph_max_bs_decode",
+                action=_DeprecatedAlias, new_flag="--cuda-graph-max-bs-decode")  # fmt: skip
+            add("--mm-feature-transport", choices=("cpu", "cuda_ipc"))
     else:
         add("--cuda-graph-max-bs", type=int)
         add("--cuda-graph-bs", type=int, nargs="+")

@@ -27,6 +27,7 @@ from autotune.sim._profile import load_profile
 from autotune.sim._responses import ServerInfo
 from autotune.sim._runtime import ServingRuntime
 from autotune.sim._server import SimServer
+from autotune.sim._startup import startup_timings, timings_line
 
 READY_LINE = "The server is fired up and ready to roll!"
 _SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
@@ -48,8 +49,35 @@ class SimProcess:
             env=env,
             resolve=self.model.resolve,
         )
-        self.plan = self.model.plan_startup(self.resolution.config, env=env)
+        self.plan = self.model.plan_startup(
+            self.resolution.config,
+            env=env,
+            reserved_gib=self.resolution.reserved_gib,
+            shown=self._shown_args(),
+        )
         self._stop = asyncio.Event()
+
+    def _shown_args(self) -> dict[str, Any]:
+        """The resolved arguments the ``server_args=`` line prints beside the fraction: the
+        speculative ones as SGLang set them (NGRAM's steps of 0 included) and the graph batch
+        under the release's own name."""
+        a = self.resolution.server_args
+        graph_key = (
+            "cuda_graph_max_bs"
+            if self.launch.sim.dialect == "0.5.3"
+            else ("cuda_graph_max_bs_decode")
+        )
+        names = (
+            "speculative_algorithm",
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+            "speculative_num_draft_tokens",
+            graph_key,
+        )
+        shown = {k: a.get(k) for k in names}
+        if self.launch.sim.dialect == "0.5.17":
+            shown["mm_feature_transport"] = a.get("mm_feature_transport")
+        return shown
 
     def run(self) -> int:
         return asyncio.run(self._main())
@@ -159,6 +187,9 @@ class SimProcess:
         """Once HTTP serves: uvicorn's lines, SGLang's warm-up request, then its ready line;
         False when the process was stopped meanwhile."""
         a = self.resolution.server_args
+        timings = self._timings()
+        if timings is not None:
+            self.log.main(timings_line(timings))
         for line in uvicorn_started_lines(a["host"], a["port"], os.getpid()):
             self.log.main(line)
         if not await self._warm_up(runtime):
@@ -215,6 +246,12 @@ class SimProcess:
         finally:
             stop.cancel()
 
+    def _timings(self) -> dict[str, Any] | None:
+        """The start-up durations the imitated release reports (0.5.17 and newer), or None."""
+        if self.launch.sim.dialect == "0.5.3":
+            return None
+        return startup_timings(self.plan, speculative=self.resolution.config.speculative)
+
     def _info(self, seed: int, *, graph_max_bs: int) -> ServerInfo:
         """What the endpoints report: the server args as SGLang resolved them, and more."""
         p, plan, res = self.profile, self.plan, self.resolution
@@ -231,6 +268,9 @@ class SimProcess:
         old_dialect = self.launch.sim.dialect == "0.5.3"
         graph_key = "cuda_graph_max_bs" if old_dialect else "cuda_graph_max_bs_decode"
         a[graph_key] = a.get(graph_key) or graph_max_bs
+        timings = self._timings()
+        if timings is not None:
+            a["startup_time"] = timings
         return ServerInfo(
             model_path=a["model_path"],
             served_model_name=a["served_model_name"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +161,24 @@ class Acceptance:
 
 
 @dataclass(frozen=True)
+class Learning:
+    """How a drafter's acceptance grows while one server stays up (an n-gram table fills with
+    the text it serves): each per-depth probability is its saturated value times
+    ``cold_share + (1 - cold_share) * (1 - exp(-tokens / tokens_to_learn))``, ``tokens`` the
+    tokens the server has generated since it started. A restart empties the table."""
+
+    cold_share: float
+    tokens_to_learn: float
+
+    def share(self, tokens: int) -> float:
+        """The share of the saturated acceptance after ``tokens`` generated tokens, in steps of
+        1/100 (so that the draft trees built from it are shared between nearby counts)."""
+        grown = 1.0 - math.exp(-max(0, tokens) / max(1.0, self.tokens_to_learn))
+        share = self.cold_share + (1.0 - self.cold_share) * grown
+        return round(min(1.0, max(0.0, share)), 2)
+
+
+@dataclass(frozen=True)
 class Draft:
     algorithm: str
     architecture: str
@@ -171,6 +190,44 @@ class Draft:
     acceptance: Acceptance
     #: Extra per draft step for each branch beyond the first (top-k selection, tree building).
     branch_overhead_ms: float = 0.0
+    #: The drafts come from a table on the CPU (NGRAM), not from a model: no draft forward, no
+    #: draft weights, KV or CUDA graphs; one lookup per cycle (``step_overhead_ms``, plus
+    #: ``branch_overhead_ms`` per BFS branch beyond the first).
+    table: bool = False
+    #: How the acceptance grows while one server stays up (None: it does not).
+    learning: Learning | None = None
+
+
+#: NGRAM's drafter on every profile that gives none (``drafts.NGRAM`` in a profile overrides any of
+#: these fields). SGLang 0.5.17's NGRAM worker looks draft tokens up in an n-gram table on the CPU
+#: (a BFS over the table, ``--speculative-ngram-max-bfs-breadth`` wide, 10 by default): no draft
+#: model, so no draft weights, KV cache or draft CUDA graphs, and a lookup of about 0.15 ms a cycle
+#: (an assumption: a CPU trie walk and the copy of the drafts to the GPU).
+#:
+#: Acceptance, assumed: on ordinary text an n-gram match is rarer than an EAGLE head's guess
+#: (rank-1 probability 0.30 at depth 1 against an EAGLE-3 head's ~0.75), but once a match is
+#: found its continuation tends to hold (slow decay), and the other branches of the table rarely
+#: hold the target's token (small rank share). The table fills with the text the server serves,
+#: so acceptance climbs while one server stays up and falls back at a restart: a real SGLang
+#: 0.5.17 on an H100 with a tiny random model went from accept length 3.48 to 4.78 over five
+#: benchmark runs on one server (2,700 to 7,299 tok/s) and fell back after a restart. Modelled as
+#: a saturating rise from 70% of the saturated per-depth probability, e-folding every 100,000
+#: generated tokens (about one benchmark run of a few hundred requests).
+NGRAM_DRAFT = Draft(
+    algorithm="NGRAM",
+    architecture="ngram table (CPU)",
+    weights_gib=0.0,
+    step_gib=0.0,
+    kv_bytes_per_token=0,
+    collectives_per_step=0,
+    step_overhead_ms=0.15,
+    acceptance=Acceptance(
+        p1=0.30, decay=0.99, floor=0.20, rank_share=0.25, rank_ratio=0.4, temperature_penalty=0.4
+    ),
+    branch_overhead_ms=0.005,
+    table=True,
+    learning=Learning(cold_share=0.7, tokens_to_learn=100_000.0),
+)
 
 
 @dataclass(frozen=True)
@@ -245,10 +302,15 @@ class Profile:
         return self.workloads[name]
 
     def draft(self, algorithm: str) -> Draft | None:
-        return self.drafts.get(algorithm)
+        """The drafter of ``algorithm``: the profile's head, or for NGRAM (which needs no draft
+        model) the profile's NGRAM entry, else :data:`NGRAM_DRAFT`."""
+        found = self.drafts.get(algorithm)
+        if found is None and algorithm == "NGRAM":
+            return NGRAM_DRAFT
+        return found
 
     def draft_weights_gib(self, algorithm: str) -> float | None:
-        draft = self.drafts.get(algorithm)
+        draft = self.draft(algorithm)
         return None if draft is None else draft.weights_gib
 
 
@@ -374,15 +436,7 @@ class _Reader:
         drafts_raw = raw.get("drafts", {})
         if not isinstance(drafts_raw, Mapping):
             raise self.fail("drafts", "expected a mapping of algorithm -> draft head")
-        drafts = {
-            str(alg): self.build(
-                Draft,
-                {"algorithm": str(alg), **d} if isinstance(d, Mapping) else d,
-                f"drafts.{alg}",
-                acceptance=lambda v, w: self.build(Acceptance, v, w),
-            )
-            for alg, d in drafts_raw.items()
-        }
+        drafts = {str(alg): self.draft(str(alg), d) for alg, d in drafts_raw.items()}
         hardware = self.build(
             Hardware,
             raw.get("hardware"),
@@ -420,6 +474,35 @@ class _Reader:
             default_workload_name=str(default),
             notes=tuple(str(n) for n in notes),
         )
+
+    def draft(self, alg: str, data: Any) -> Draft:
+        """One drafter; an NGRAM entry overrides only the fields it gives of :data:`NGRAM_DRAFT`."""
+        where = f"drafts.{alg}"
+        if not isinstance(data, Mapping):
+            raise self.fail(where, "expected a mapping")
+        data = {"algorithm": alg, **data}
+        if alg == "NGRAM":
+            base = {f.name: getattr(NGRAM_DRAFT, f.name) for f in dataclasses.fields(Draft)}
+            data = {**base, **data}
+        acc_base = dataclasses.asdict(NGRAM_DRAFT.acceptance) if alg == "NGRAM" else {}
+        learn_base = dataclasses.asdict(NGRAM_DRAFT.learning or Learning(1.0, 1.0))
+
+        def acceptance(v: Any, w: str) -> Acceptance:
+            if isinstance(v, Acceptance):
+                return v
+            merged = {**acc_base, **v} if isinstance(v, Mapping) else v
+            return self.build(Acceptance, merged, w)
+
+        def learning(v: Any, w: str) -> Learning | None:
+            if v is None or isinstance(v, Learning):
+                return v
+            merged = {**learn_base, **v} if isinstance(v, Mapping) else v
+            found = self.build(Learning, merged, w)
+            if not (0.0 < found.cold_share <= 1.0) or found.tokens_to_learn <= 0:
+                raise self.fail(w, "cold_share must be in (0, 1] and tokens_to_learn above 0")
+            return found
+
+        return self.build(Draft, data, where, acceptance=acceptance, learning=learning)
 
     def dtype(self, value: Any, where: str, hardware: Hardware) -> str:
         if value not in COMPUTE_DTYPES:

@@ -8,6 +8,7 @@ servers print, so that the crash classifier reads a simulated log exactly like a
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from autotune._knobs import ServerConfig
 from autotune.sim._memory import MemoryVerdict, capture_sizes, gib_str, mib_ceil, plan_memory
@@ -76,15 +77,26 @@ class StartupPlanner:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
 
-    def plan(self, config: ServerConfig, env: Mapping[str, str]) -> StartupPlan:
+    def plan(
+        self,
+        config: ServerConfig,
+        env: Mapping[str, str],
+        *,
+        reserved_gib: float = 0.0,
+        shown: Mapping[str, Any] | None = None,
+    ) -> StartupPlan:
+        """``reserved_gib``: memory another part of the server takes from the KV pool
+        (:func:`autotune.sim._memory.plan_memory`); ``shown``: the server arguments as the
+        launch resolved them, printed in the ``server_args=`` line (else taken from
+        ``config``)."""
         p = self.profile
-        mem = plan_memory(p, config)
+        mem = plan_memory(p, config, reserved_gib=reserved_gib)
         graphs = not config.disable_cuda_graph
         notices: list[str] = []
         max_running = self._max_running(config, mem)
         if config.speculative and config.max_running_requests is None:
             notices.append("Max running requests is reset to 48 for speculative decoding.")
-        phases: list[StartupPhase] = [self._init_phase(config, mem.plan.mem_fraction_static)]
+        phases: list[StartupPhase] = [self._init_phase(config, mem.plan.mem_fraction_static, shown)]
         crash = self._mode_failure(config, env, graphs, "init")
         if crash is None:
             phases.append(self._weights_phase(config, mem))
@@ -123,13 +135,33 @@ class StartupPlanner:
             return 48
         return min(self.profile.runtime.default_max_running_requests, max(1, mem.plan.kv_tokens))
 
-    def _init_phase(self, config: ServerConfig, fraction: float) -> StartupPhase:
-        # SGLang prints its arguments once they are resolved: the automatic fraction as chosen
+    def init_phase(
+        self, config: ServerConfig, shown: Mapping[str, Any] | None = None
+    ) -> StartupPhase:
+        """The first phase of a start of ``config``: its arguments and the distributed init."""
+        fraction = plan_memory(self.profile, config).plan.mem_fraction_static
+        return self._init_phase(config, fraction, shown)
+
+    def _init_phase(
+        self, config: ServerConfig, fraction: float, shown: Mapping[str, Any] | None = None
+    ) -> StartupPhase:
+        # SGLang prints its arguments once they are resolved: the automatic fraction as chosen,
+        # the speculative algorithm and numbers as launched (None where speculation is off)
         p = self.profile
+        spec = config.speculative
+        args: dict[str, Any] = {
+            "speculative_algorithm": config.speculative_algorithm if spec else None,
+            "speculative_num_steps": config.speculative_num_steps if spec else None,
+            "speculative_eagle_topk": config.speculative_eagle_topk if spec else None,
+            "speculative_num_draft_tokens": config.speculative_num_draft_tokens if spec else None,
+            "cuda_graph_max_bs": config.cuda_graph_max_bs,
+        }
+        if shown is not None:
+            args = dict(shown)
+        listed = "".join(f"{k}={v!r}, " for k, v in args.items())
         lines = [
             f"server_args=ServerArgs(model_path='{p.model.name}', tp_size={config.tp_size}, "
-            f"mem_fraction_static={fraction}, "
-            f"speculative_algorithm={config.speculative_algorithm!r}, ...)",
+            f"mem_fraction_static={fraction}, {listed}...)",
         ]
         if p.startup.slow_tokenizer:
             warn = (
@@ -152,7 +184,7 @@ class StartupPlanner:
     def _weights_phase(self, config: ServerConfig, mem: MemoryVerdict) -> StartupPhase:
         p = self.profile
         m = mem.plan
-        avail0 = m.total_gib - m.context_gib
+        avail0 = m.total_gib - m.context_gib - m.reserved_gib
         lines = [f"Load weight begin. avail mem={gib_str(avail0)} GB"]
         duration = p.startup.weight_load_s
         if mem.failure == "weights":
@@ -163,7 +195,7 @@ class StartupPlanner:
             f"avail mem={gib_str(avail1)} GB, mem usage={gib_str(m.target_weights_gib)} GB."
         )
         draft = p.draft(config.speculative_algorithm) if config.speculative else None
-        if draft is not None:
+        if draft is not None and not draft.table:  # an n-gram table loads no model
             duration += p.startup.draft_load_s
             avail2 = avail1 - m.draft_weights_gib
             lines.append(f"Load weight begin. avail mem={gib_str(avail1)} GB")
@@ -307,3 +339,43 @@ class StartupPlanner:
             f"{line}"
         )
         return Crash("oom_runtime", line, (body, _SIGQUIT), phase)
+
+
+def startup_timings(plan: StartupPlan, *, speculative: bool) -> dict[str, Any]:
+    """The start-up durations SGLang 0.5.17 reports (``Engine startup timings (s)`` and
+    ``/server_info``), from the phases of ``plan``, in the model's seconds.
+
+    ``load_weight`` is the weights phase (target and draft), ``kv_cache_allocation`` the pool's,
+    ``scheduler_e2e`` every phase up to the warm-up, ``tokenizer_e2e`` all of them. The model
+    has one capture phase: its time is the decode graphs' (``target_verify`` under
+    speculation; ``draft_decode`` and ``draft_extend`` get none of it), and it does not model
+    the prefill graphs (``prefill`` 0.00; a real 0.5.17 spent 31.8 s of a 104 s cold start on
+    58 of them with a tiny model).
+    """
+    spent = {ph.name: ph.duration_s for ph in plan.phases}
+    graphs = spent.get("cuda_graph", 0.0)
+    return {
+        "load_weight": round(spent.get("load_weights", 0.0), 2),
+        "kv_cache_allocation": round(spent.get("kv_pool", 0.0), 2),
+        "scheduler_e2e": round(sum(v for k, v in spent.items() if k != "warmup"), 2),
+        "cuda_graph": {
+            "prefill": 0.0,
+            "decode": 0.0 if speculative else round(graphs, 2),
+            "target_verify": round(graphs, 2) if speculative else 0.0,
+            "draft_prefill": 0.0,
+            "draft_decode": 0.0,
+            "draft_extend": 0.0,
+        },
+        "tokenizer_e2e": round(sum(spent.values()), 2),
+    }
+
+
+def timings_line(timings: Mapping[str, Any]) -> str:
+    """SGLang 0.5.17's ``Engine startup timings (s): ...`` line of :func:`startup_timings`."""
+    graph = ", ".join(f"{k}={v:.2f}" for k, v in timings["cuda_graph"].items())
+    return (
+        f"Engine startup timings (s): load_weight={timings['load_weight']:.2f}, "
+        f"kv_cache_allocation={timings['kv_cache_allocation']:.2f}, "
+        f"scheduler_e2e={timings['scheduler_e2e']:.2f}, cuda_graph={{{graph}}}, "
+        f"tokenizer_e2e={timings['tokenizer_e2e']:.2f}"
+    )

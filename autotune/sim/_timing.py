@@ -22,7 +22,10 @@ forward) and its compute (2 flops per weight per token), so drafting for a wide 
 than for one request. A speculative cycle is ``steps`` draft forwards (the first over ``batch``
 tokens, the others over ``batch x topk``), a verify forward over ``batch x num_draft_tokens``
 tokens, a draft-extend forward over the accepted tokens, tree bookkeeping per verified token,
-and the CPU work of a cycle. Every term is a function of the profile's data, nothing is tabulated.
+and the CPU work of a cycle. An NGRAM cycle drafts from an n-gram table on the CPU instead: one
+lookup (the drafter's ``step_overhead_ms``, plus ``branch_overhead_ms`` per BFS branch beyond the
+first) and no draft forward or draft extend. Every term is a function of the profile's data,
+nothing is tabulated.
 """
 
 from __future__ import annotations
@@ -166,9 +169,15 @@ class StepTimer:
         steps = cfg.speculative_num_steps or 1
         topk = cfg.speculative_eagle_topk or 1
         n_draft = cfg.speculative_num_draft_tokens or (steps + 1)
+        verify_tokens = batch * n_draft
+        if self.draft is not None and self.draft.table:
+            lookup_ms = self.draft.step_overhead_ms + self.draft.branch_overhead_ms * (topk - 1)
+            verify_ms = self.forward(verify_tokens, context, graph=graph).total_ms
+            if topk > 1:
+                verify_ms += self.profile.runtime.tree_overhead_ms_per_token * verify_tokens
+            return lookup_ms + verify_ms + self.profile.runtime.spec_cycle_overhead_ms
         draft_ms = self.draft_forward_ms(batch, graph=graph, branches=topk)
         draft_ms += (steps - 1) * self.draft_forward_ms(batch * topk, graph=graph, branches=topk)
-        verify_tokens = batch * n_draft
         verify_ms = self.forward(verify_tokens, context, graph=graph).total_ms
         if topk > 1:
             # a tree (not a chain) is verified with a custom attention mask
@@ -185,6 +194,6 @@ class StepTimer:
         attn_ms = attn_flops / self.tp / (self.tflops * 1e12) * 1e3
         kernel_ms = soft_roofline(cost.memory_ms, cost.compute_ms + attn_ms, self.sharpness)
         total = kernel_ms + cost.comm_ms + cost.overhead_ms
-        if self.draft is not None:
+        if self.draft is not None and not self.draft.table:
             total += self.draft_forward_ms(tokens, graph=False)
         return total

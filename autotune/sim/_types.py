@@ -53,6 +53,9 @@ class MemoryPlan:
     graph_gib: float
     activation_gib: float
     free_after_static_gib: float
+    #: Taken on the GPU by another part of the server after the budget was measured and before
+    #: the KV pool is sized (SGLang 0.5.17's multimodal feature pool): it comes out of the pool.
+    reserved_gib: float = 0.0
 
 
 @dataclass(frozen=True)

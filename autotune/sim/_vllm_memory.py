@@ -83,7 +83,8 @@ def plan_vllm_memory(
     max_size = config.cuda_graph_max_bs or 512
     sizes = tuple(vllm_capture_sizes(max_size)) if graphs else ()
     estimate = rt.graph_base_gib + rt.graph_gib_per_token * max_size * (1 + steps) if graphs else 0
-    draft_graphs = rt.graph_gib_per_token * max_size * steps if graphs and draft else 0.0
+    drafts_graphs = graphs and draft is not None and not draft.table  # an n-gram table has none
+    draft_graphs = rt.graph_gib_per_token * max_size * steps if drafts_graphs else 0.0
     budget = util * total
     kv = budget - context - target - draft_w - activation - estimate
     per_token = profile.model.kv_bytes_per_gpu(tp) + (draft.kv_bytes_per_token if draft else 0)

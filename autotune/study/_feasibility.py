@@ -138,7 +138,8 @@ class Feasibility:
         if static <= need:
             return Infeasible(
                 f"mem_fraction_static={fraction} gives {static:.1f} GiB per GPU, not even the "
-                f"{need:.1f} GiB of weights: no KV pool is left",
+                f"{need:.1f} GiB of weights (with any memory the engine reserves beside them): "
+                "no KV pool is left",
                 "oom_kv_pool",
                 "mem_fraction_static",
             )

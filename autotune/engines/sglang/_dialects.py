@@ -46,6 +46,13 @@ _DIALECT_SINCE: tuple[tuple[tuple[int, int, int], str], ...] = (
 )
 #: The first release whose ``--mem-fraction-static`` holds the draft model's weights.
 DRAFT_IN_STATIC_SINCE = (0, 5, 14)
+#: The releases whose multimodal feature transport, unset, resolves to ``cuda_ipc`` on one node
+#: and reserves ``SGLANG_MM_FEATURE_CACHE_MB`` (1,024 MiB) on the GPU, out of the KV pool, even
+#: for a text-only model: 0.5.17, seen on a real H100 (0.5.16 chose ``cpu``; later releases
+#: choose ``cpu`` again by their documentation: taken from 0.5.18 on, unconfirmed).
+MM_POOL_RELEASES = ((0, 5, 17), (0, 5, 18))
+#: The pool's size when ``SGLANG_MM_FEATURE_CACHE_MB`` is not set (MiB).
+MM_POOL_MIB = 1024
 #: The switch between SGLang's two speculative workers, and the releases that declare it
 #: (``sglang/srt/environ.py``): from 0.5.14 speculative decoding always runs the v2 worker.
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
@@ -121,6 +128,19 @@ class FlagSet:
         current = [s for s in present if not self.options[s].deprecated]
         chosen = current or present
         return chosen[0] if chosen else None
+
+    @property
+    def reserves_mm_pool(self) -> bool:
+        """Whether an unset ``--mm-feature-transport`` reserves the multimodal feature pool on
+        the GPU (:data:`MM_POOL_RELEASES`); a release of unknown number: no."""
+        if self.version is None:
+            return False
+        try:
+            number = parse_version(self.version)
+        except ConfigError:
+            return False
+        first, gone = MM_POOL_RELEASES
+        return first <= number < gone
 
     @property
     def counts_draft_in_static(self) -> bool:

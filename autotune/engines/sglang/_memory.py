@@ -9,6 +9,14 @@ SGLang prints, per rank, in this order (``model_runner.py``; GiB labelled GB, tw
     Capture cuda graph bs [1, 2, ..., B]
     Capture cuda graph end. ... mem usage=G GB. avail mem=A GB.    (then the draft's graphs)
 
+SGLang 0.5.17 also says, from its main process before any of them, that its multimodal feature
+pool takes memory on the GPU (``Using CUDA IPC for multimodal features: reserving up to 1024 MiB
+on base GPU 0 ...``, unless ``--mm-feature-transport cpu``). The pool is taken after SGLang
+measured its budget and before it sizes the KV pool, so it comes out of the pool whole: the
+``S`` read below already lacks it and ``F`` does not hold it; every start of the same engine
+section takes it again, so predictions between them stand as they are. The reading keeps it
+(``reserved_gib``) and a refusal names it.
+
 A KV line may name its dtype first (``KV Cache is allocated. dtype: torch.bfloat16, #tokens``).
 
 SGLang sizes the KV pool as what the static fraction ``f`` of a per-GPU budget ``T`` leaves after
@@ -52,6 +60,7 @@ _GRAPH_BS = re.compile(r"Capture cuda graph bs \[([\d,\s]+)\]")
 _GRAPH_END = re.compile(
     rf"Capture (?:draft (?:extend )?)?cuda graph end\..*?mem usage={_NUM} GB\. avail mem={_NUM} GB"
 )
+_RESERVED = re.compile(r"multimodal features: reserving up to (\d+(?:\.\d+)?) MiB")
 _ARGS_FRACTION = re.compile(r"server_args=ServerArgs\(.*?\bmem_fraction_static=([\d.]+)")
 
 
@@ -60,10 +69,14 @@ def read_memory(lines: Iterable[str], config: ServerConfig) -> MemoryReading | N
     from the lowest rank that printed it; ``None`` when the log gives no fraction or no figure."""
     fraction = config.mem_fraction_static
     seen: dict[int, _RankLines] = {}
+    reserved: float | None = None
     for raw in lines:
         line = _ANSI.sub("", raw)
         if fraction is None and (m := _ARGS_FRACTION.search(line)):
             fraction = float(m.group(1))
+            continue
+        if reserved is None and (m := _RESERVED.search(line)):
+            reserved = round(float(m.group(1)) / 1024, 2)
             continue
         rank = _RANK.search(line)
         seen.setdefault(int(rank.group(1)) if rank else -1, _RankLines()).read(line)
@@ -91,6 +104,7 @@ def read_memory(lines: Iterable[str], config: ServerConfig) -> MemoryReading | N
         graph_max_bs=max(graphs[0]) if graphs else None,
         graph_gib=round(sum(g for g, _ in graphs[1]), 2) if graphs else None,
         free_after_graphs_gib=graphs[1][-1][1] if graphs else None,
+        reserved_gib=reserved,
         speculative_algorithm=config.speculative_algorithm,
         speculative_num_steps=config.speculative_num_steps,
         speculative_eagle_topk=config.speculative_eagle_topk,
@@ -157,9 +171,14 @@ def _kv_refusal(reading: MemoryReading, config: ServerConfig, f: float) -> Infea
     if pool >= -(MARGIN_GIB + slack):
         return None
     bound = "" if same else " at most (its draft model takes more)"
+    beside = (
+        f", {reading.reserved_gib:.2f} GiB taken before it by the multimodal feature pool"
+        if reading.reserved_gib
+        else ""
+    )
     return Infeasible(
         f"its start at mem_fraction_static={f0:g} had {kv:.2f} GiB per GPU for its KV pool "
-        f"(of {total:.2f} GiB, {reading.free_after_pool_gib:.2f} GiB left outside it); at "
+        f"(of {total:.2f} GiB, {reading.free_after_pool_gib:.2f} GiB left outside it{beside}); at "
         f"{f:g} the pool would be{bound} {kv:.2f} + {total:.2f} x ({f:g} - {f0:g}) = "
         f"{pool:.2f} GiB, no room for one token (refused beyond a margin of "
         f"{MARGIN_GIB + slack:.2f} GiB): raise mem_fraction_static",

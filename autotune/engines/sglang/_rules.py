@@ -32,7 +32,7 @@ from autotune.engines.sglang._adaptive import (
     adaptive_schedule,
 )
 from autotune.engines.sglang._crashes import SGLANG_CRASH_RULES
-from autotune.engines.sglang._dialects import FlagSet
+from autotune.engines.sglang._dialects import MM_POOL_MIB, FlagSet
 from autotune.engines.sglang._memory import memory_refusal, read_memory
 from autotune.engines.sglang._section import owned_flag
 from autotune.engines.sglang._serving import READINESS, SGLANG_API
@@ -347,6 +347,34 @@ class SGLangRules(Engine):
     def incompatibility(self, config: ServerConfig, hardware: Hardware) -> Infeasible | None:
         return incompatibility(config, hardware)
 
+    def multimodal_pool_gib(self) -> float:
+        """GiB the server's multimodal feature pool takes from the KV pool on each start: the
+        pool's size (``SGLANG_MM_FEATURE_CACHE_MB`` in ``engine.env``, else 1,024 MiB) where
+        ``--mm-feature-transport cuda_ipc`` is in ``engine.extra_args``, or where the release
+        reserves it by default (:attr:`FlagSet.reserves_mm_pool`, SGLang 0.5.17) and the
+        extra arguments do not say ``--mm-feature-transport cpu``; else 0."""
+        transport = _option_value(self.spec.extra_args, "--mm-feature-transport")
+        if transport is None and self.flagset().reserves_mm_pool:
+            transport = "cuda_ipc"
+        if transport != "cuda_ipc":
+            return 0.0
+        try:
+            mib = int(self.spec.env.get("SGLANG_MM_FEATURE_CACHE_MB") or MM_POOL_MIB)
+        except ValueError:
+            mib = MM_POOL_MIB
+        return max(0, mib) / 1024
+
+    def memory_need_gib(
+        self,
+        config: ServerConfig,
+        *,
+        weights: tuple[float | None, float | None] | None = None,
+    ) -> float | None:
+        """The weights' need (:meth:`Engine.memory_need_gib`) plus the multimodal feature pool
+        that the release takes from the KV pool (:meth:`multimodal_pool_gib`)."""
+        need = super().memory_need_gib(config, weights=weights)
+        return None if need is None else need + self.multimodal_pool_gib()
+
     def read_memory(self, lines: Iterable[str], config: ServerConfig) -> MemoryReading | None:
         """SGLang's memory lines (:mod:`._memory`)."""
         return read_memory(lines, config)
@@ -396,3 +424,14 @@ class SGLangRules(Engine):
             "requests at once unless max_running_requests is set; concurrency "
             f"{workload.concurrency} needs max_running_requests={cap}"
         )
+
+
+def _option_value(args: Sequence[str], flag: str) -> str | None:
+    """The value ``args`` give ``flag`` (``--flag value`` or ``--flag=value``; the last wins)."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found

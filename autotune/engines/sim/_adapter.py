@@ -1,11 +1,11 @@
 """The simulated-SGLang adapter: the same command line as SGLang, run by ``python -m autotune.sim``.
 
-The simulated server accepts SGLang's flag names in one of two release dialects
-(``engine.sim.dialect``: ``0.5.23`` or ``0.5.3``), so the launch is built by the SGLang adapter's
-own code from autotune's table of that release, followed by the ``--sim-*`` options, and judged
-by SGLang's own rules (:class:`autotune.engines.sglang.SGLangRules`). Hardware and weight sizes come
-from the simulator's profile. Each trial also records the SGLang command it stands for
-(:meth:`SimEngine.reference_command`).
+The simulated server accepts SGLang's flag names in one of three release dialects
+(``engine.sim.dialect``: ``0.5.23``, ``0.5.17`` or ``0.5.3``), so the launch is built by the
+SGLang adapter's own code from autotune's table of that release, followed by the ``--sim-*``
+options, and judged by SGLang's own rules (:class:`autotune.engines.sglang.SGLangRules`).
+Hardware and weight sizes come from the simulator's profile. Each trial also records the SGLang
+command it stands for (:meth:`SimEngine.reference_command`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from autotune.engines._spec import SimOptions
 
 #: The SGLang releases whose command line the simulated server speaks.
-SIM_DIALECTS = ("0.5.23", "0.5.3")
+SIM_DIALECTS = ("0.5.23", "0.5.17", "0.5.3")
 _NO_ADAPTIVE = (
     "the simulated server does not model adaptive speculation (speculative_adaptive): "
     "tune it against a real SGLang"

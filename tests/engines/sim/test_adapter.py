@@ -35,7 +35,7 @@ def spec(dialect: str = "0.5.23", **more: object) -> EngineSpec:
     return EngineSpec(**values)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("dialect", ["0.5.23", "0.5.3"])
+@pytest.mark.parametrize("dialect", ["0.5.23", "0.5.17", "0.5.3"])
 def test_the_sim_gets_exactly_the_sglang_flags_of_its_dialect(dialect: str) -> None:
     workload = WorkloadSpec(concurrency=64)
     sim = SimEngine(spec(dialect)).build_launch(EAGLE, port=31001, workload=workload)
