@@ -346,10 +346,11 @@ class StudyRunner:
             with (
                 self.interrupts.installed(linger=True),
                 StudyProgress(
-                    self.target,
+                    self.target if search else self.finished_count(),
                     enabled=progress_wanted(self.options.progress),
                     title=self.study.study_name,
                     quiet=self.quiet,
+                    confirm_runs=self._confirm_runs_planned(search),
                 ) as progress,
             ):
                 if search and self.sampler_note is not None:
@@ -375,11 +376,12 @@ class StudyRunner:
                         time.monotonic() - started >= self.options.timeout_s
                     ):
                         stopped_by = "timeout"
+                        progress.search_stopped(f"--timeout {self.options.timeout_s:g} s reached")
                         break
                     why = self._twin_stop()
                     if why is not None:
                         log.info("the twin stops the search: %s", why)
-                        progress.note(f"search stopped: {why}")
+                        progress.search_stopped(why)
                         stopped_by, stop_reason = "twin", why
                         break
                     # a disk that filled up since the last trial stops the study here, before a
@@ -430,6 +432,14 @@ class StudyRunner:
             return self.options.confirm
         return self.space.confirm.enabled and self.options.sampler != "survey"
 
+    def _confirm_runs_planned(self, search: bool) -> int:
+        """The confirmation's starts as planned before it begins: its candidates and the
+        baseline for its least rounds (none where the study does not confirm)."""
+        if search and not self.confirm_wanted():
+            return 0
+        spec = self.space.confirm
+        return (spec.candidates + 1) * spec.min_rounds
+
     def confirm(self, progress: StudyProgress) -> Verdict | None:
         """Confirm the best candidates (:mod:`autotune.study._confirm`); None when another
         live worker of the study is confirming it."""
@@ -444,6 +454,11 @@ class StudyRunner:
         self._stop_confirmation_server()
         self._keep_twin_ranking()
         self.study.set_user_attr(STUDY_CONFIRMING, me)
+
+        def ended() -> None:
+            self._confirm_run_ended()
+            progress.confirm_ended()
+
         confirmation = Confirmation(
             self.study,
             self.space,
@@ -452,7 +467,8 @@ class StudyRunner:
             gpus=self.engine.spec.tp_size,
             hooks=self._confirm_hooks,
             on_line=progress.note,
-            after_run=self._confirm_run_ended,
+            on_run=progress.confirming,
+            after_run=ended,
         )
         try:
             verdict = confirmation.run()
@@ -629,6 +645,7 @@ class StudyRunner:
             # refused before launch (no GPU time), else run by the evaluator
             record = refusal(self.feasibility, config, params, role=role)
             if record is None:
+                progress.started()
                 context = TrialContext(number, role, params, files, hooks)
                 record = self.evaluator.evaluate(config, context)
             self._save(trial, record, config, files)
