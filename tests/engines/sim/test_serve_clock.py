@@ -4,6 +4,7 @@ hours are the box's."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from .test_adapter import spec
 
 def _space(tmp_path: Path, serve: str) -> Path:
     text = Path("search_spaces/eagle3.yaml").read_text()
+    text = re.sub(r"(?m)^    time_scale: .*$", "    time_scale: 0.005", text)
+    text = re.sub(r"(?m)^    serve_scale: .*\n", "", text)
     text = text.replace("    noise: 0.02", f"    noise: 0.02\n    serve_scale: {serve}")
     path = tmp_path / "space.yaml"
     path.write_text(text)
