@@ -71,9 +71,11 @@ from autotune.study._progress import (
 )
 from autotune.study._record import (
     STUDY_CONFIRM_PROCESS,
+    STUDY_CONFIRMED_TRIAL,
     STUDY_CONFIRMING,
     STUDY_REFUSED,
     STUDY_TWIN_RANKING,
+    STUDY_VERDICT,
     SYS_PROCESS,
     Outcome,
     TrialRecord,
@@ -480,6 +482,8 @@ class StudyRunner:
             ) from None
         finally:
             self.study.set_user_attr(STUDY_CONFIRMING, None)
+        self.study.set_user_attr(STUDY_VERDICT, verdict.headline)
+        self.study.set_user_attr(STUDY_CONFIRMED_TRIAL, verdict.choice)
         save_verdict_note(self.study, verdict)
         log.info("verdict: %s", verdict.headline)
         return verdict
