@@ -190,7 +190,8 @@ class Verdict:
         out = [self.headline]
         out.append(
             f"confirmed: {self.rounds} interleaved rounds, {self.starts} server starts, "
-            f"{self.gpu_hours:.2f} GPU h; intervals {self.confidence:.0%} family-wise"
+            f"{self.gpu_hours:.2f} GPU h of the box (a simulator's faster clocks counted as "
+            f"the box's); intervals {self.confidence:.0%} family-wise"
         )
         for arm in self.arms:
             state = "" if arm.dropped is None else f"  dropped: {arm.dropped}"
