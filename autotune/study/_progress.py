@@ -101,6 +101,7 @@ class StudyProgress:
         console: Any = None,
         quiet: bool = False,
         confirm_runs: int = 0,
+        searched: int = 0,
         clock: Any = time.monotonic,
     ) -> None:
         self.total = total
@@ -112,9 +113,10 @@ class StudyProgress:
         self.best: str = "-"
         self._console = console  # a rich Console (tests); stderr's by default
         self._clock = clock
-        #: The search's trials finished, and the most it runs (lowered where it stops early).
-        self.searched = 0
-        self.search_total = total
+        #: The search's trials finished (``searched``: before this run), and the most it runs
+        #: (lowered where it stops early).
+        self.searched = searched
+        self.search_total = max(total, searched)
         #: Confirmation runs ended, and still planned (see the class docstring).
         self.confirmed = 0
         self.confirm_left = confirm_runs

@@ -353,6 +353,7 @@ class StudyRunner:
                     title=self.study.study_name,
                     quiet=self.quiet,
                     confirm_runs=self._confirm_runs_planned(search),
+                    searched=self.finished_count(),
                 ) as progress,
             ):
                 if search and self.sampler_note is not None:

@@ -80,3 +80,15 @@ def test_a_study_that_does_not_confirm_plans_its_trials_only() -> None:
     p.finished(1, "trial 0 ok")
     assert p.remaining_s() == pytest.approx(90.0)
     assert p.estimate() == "~2 min left (estimate)"
+
+
+def test_a_resumed_study_counts_the_trials_it_has() -> None:
+    clock = Clock()
+    p = StudyProgress(15, enabled=False, title="t", clock=clock, quiet=True, searched=9)
+    assert (p.done, p.planned) == (9, 15)
+    # `study confirm` of a study of 9 trials: its bar goes on from them
+    p = StudyProgress(9, enabled=False, title="t", clock=clock, quiet=True, searched=9,
+                      confirm_runs=12)  # fmt: skip
+    assert (p.done, p.planned) == (9, 21)
+    p.confirming(0, (3, 10), 4, 4)
+    assert (p.done, p.planned) == (9, 21)
