@@ -71,6 +71,10 @@ class ClientOptions:
     server_api: ServerApi | None = field(default=None, repr=False)
     #: Per-request limits the run's goodput counts against (None: no goodput).
     limits: RequestLimits | None = None
+    #: Wall seconds per second of the box the server stands for (``Engine.serve_time_scale``:
+    #: below 1 for a simulator on a faster clock): every time measured is divided by it, and a
+    #: request rate multiplied, so the figures are that box's. Timeouts stay wall seconds.
+    time_scale: float = 1.0
 
     @classmethod
     def from_timeouts(cls, timeouts: Timeouts, **changes: Any) -> ClientOptions:
@@ -102,13 +106,18 @@ class RunRecords:
     server_api: ServerApi | None = field(default=None, repr=False)
     #: Per-request limits of the run's goodput (None: no goodput).
     limits: RequestLimits | None = None
+    #: Wall seconds per second of the box the records' times are read in (see
+    #: :attr:`ClientOptions.time_scale`); the records themselves keep wall seconds.
+    time_scale: float = 1.0
 
     def result(self) -> BenchmarkResult:
         """The figures (see :func:`compute_result`); raises BenchmarkError if all failed
         (:class:`BenchmarkTimeout` when every one of them ran out of time)."""
         try:
             return compute_result(
-                self.records,
+                self.records
+                if self.time_scale == 1.0
+                else tuple(r.in_time(self.time_scale) for r in self.records),
                 url=self.url,
                 api=self.api,
                 acceptance=self.server_acceptance,
@@ -218,7 +227,14 @@ class BenchmarkClient:
                 acceptance = server_api.from_server(before, after)
         records = tuple(s.record() for s in warm) + tuple(s.record() for s in measured)
         return RunRecords(
-            self.url, workload.api, records, acceptance, cpu, server_api, self.options.limits
+            self.url,
+            workload.api,
+            records,
+            acceptance,
+            cpu,
+            server_api,
+            self.options.limits,
+            self.options.time_scale,
         )
 
     # -- phases -----------------------------------------------------------------------------
@@ -237,6 +253,8 @@ class BenchmarkClient:
             return states
         concurrency = min(workload.concurrency, len(states))
         rate = None if label else workload.request_rate
+        if rate is not None:
+            rate /= self.options.time_scale  # arrivals on the box's clock
         origin = time.perf_counter()
         with _Progress(self.options.progress, label or "benchmark", len(states)) as progress:
 

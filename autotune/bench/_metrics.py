@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from autotune._errors import BenchmarkError
@@ -80,6 +80,21 @@ class RequestRecord:
         if self.start is None or self.e2e is None:
             return None
         return self.start + self.e2e
+
+    def in_time(self, scale: float) -> RequestRecord:
+        """This record with its times divided by ``scale`` (wall seconds per second of the box
+        they are read in)."""
+
+        def div(t: float | None) -> float | None:
+            return None if t is None else t / scale
+
+        return replace(
+            self,
+            start=div(self.start),
+            ttft=div(self.ttft),
+            e2e=div(self.e2e),
+            chunk_times=tuple(t / scale for t in self.chunk_times),
+        )
 
     def itls(self) -> list[float]:
         """Inter-token latencies of this request, seconds (see the module docstring)."""

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from autotune.engines import Engine
 
 app = typer.Typer(no_args_is_help=True, help="Check and explore search-space files.")
 
@@ -35,6 +38,7 @@ def check(
     engine = create_engine(space.engine)
     typer.echo(space.summary())
     typer.echo("")
+    launchable = _launchable(engine)
     samples = space.sample(proposals, seed=seed)
     reasons: Counter[tuple[str, str]] = Counter()
     for params in samples:
@@ -59,7 +63,31 @@ def check(
         note = engine.workload_note(space.config_for(samples[0]), space.workload)
         if note is not None:
             typer.echo(f"note: {note}")
-    typer.echo(f"{space.source}: valid (fingerprint {space.fingerprint()})")
+    if launchable is None:
+        typer.echo(f"{space.source}: valid (fingerprint {space.fingerprint()})")
+    else:
+        typer.echo(
+            f"{space.source}: valid as a file (fingerprint {space.fingerprint()}), but not "
+            "runnable on this machine: `autotune study start` would refuse it (see the warning "
+            "above)"
+        )
+
+
+def _launchable(engine: Engine) -> str | None:
+    """Whether ``engine`` can be launched here, as ``study start`` checks first; the warning
+    printed when not (None: it can)."""
+    from autotune._errors import EngineError
+
+    try:
+        engine.check_installed()
+    except EngineError as e:
+        warning = f"warning: {e.message}; `autotune study start` would refuse this space here"
+        if e.hint:
+            warning += f" (to fix: {e.hint})"
+        typer.echo(warning)
+        typer.echo("")
+        return warning
+    return None
 
 
 def _register_extra() -> None:

@@ -203,6 +203,13 @@ class Engine(abc.ABC):
         counted as on that box."""
         return 1.0
 
+    def serve_time_scale(self) -> float:
+        """Wall seconds of this engine's serving per second the box it stands for takes: 1 for
+        a real engine (the simulator's serving clock for the simulated one, below 1 where it
+        serves faster than its box), so that the benchmark reads its figures in that box's
+        time."""
+        return 1.0
+
     def hardware(self) -> Hardware:
         """The GPUs the engine will use, as far as they are known."""
         return Hardware()

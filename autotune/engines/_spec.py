@@ -16,6 +16,10 @@ class SimOptions:
     profile: str = "rtxpro6000x8-kimi-k2.5"
     dialect: str = "0.5.23"
     time_scale: float = 0.01
+    #: Wall seconds of serving per second of the box it models (``--sim-serve-scale``): below 1
+    #: the simulated box serves on a faster clock, and the tuner's client reads its times back
+    #: in the box's seconds (:meth:`Engine.serve_time_scale`).
+    serve_scale: float = 1.0
     noise: float = 0.02
     seed: int | None = None
     faults: tuple[str, ...] = ()

@@ -8,7 +8,23 @@ from typing import TextIO
 
 from autotune._errors import ConfigError
 from autotune._redact import redact_url
-from autotune.study._storage import StudyPaths, artifact_store, open_storage, study_paths
+from autotune.study._storage import (
+    StudyPaths,
+    artifact_store,
+    open_for_reading,
+    open_storage,
+    study_paths,
+)
+
+
+def _writable(paths: StudyPaths) -> bool:
+    """Whether the study's SQLite file and folder may be written (other storages: as given)."""
+    import os
+
+    db = paths.sqlite_file
+    if db is None:
+        return True
+    return os.access(db, os.W_OK) and os.access(db.parent, os.W_OK)
 
 
 def dashboard_paths(
@@ -74,13 +90,21 @@ def serve_dashboard(
         raise ConfigError(
             f"port {port} on {host} is already in use", source="--port", hint="choose --port"
         )
-    rdb = open_storage(paths)
-    store = artifact_store(paths)
+    read_only = not _writable(paths)
+    if read_only:  # (as `study report` reads it: notes and changes cannot be saved)
+        import optuna.artifacts
+
+        rdb = open_for_reading(paths)
+        store = optuna.artifacts.FileSystemArtifactStore(str(paths.artifacts_dir))
+    else:
+        rdb = open_storage(paths)
+        store = artifact_store(paths)
     warning = exposure_warning(host)
     if warning is not None:
         sys.stderr.write(f"autotune: warning: {warning}\n")
         sys.stderr.flush()
     shown = redact_url(paths.storage_url)
-    out.write(f"optuna-dashboard on http://{host}:{port}/ ({shown}); Ctrl-C stops\n")
+    mode = "; read-only: this folder cannot be written, notes are not saved" if read_only else ""
+    out.write(f"optuna-dashboard on http://{host}:{port}/ ({shown}{mode}); Ctrl-C stops\n")
     out.flush()
     run_server(rdb, host=host, port=port, artifact_store=store)

@@ -72,6 +72,54 @@ class TrialRow:
         return self.outcome is Outcome.OK and self.value is not None
 
 
+#: The figures the report sets side by side for the choice and the baseline: throughput and
+#: acceptance, then bench_serving's latencies (median and p99), by their trial-record names.
+COMPARED_FIGURES: tuple[str, ...] = (
+    "output_tok_s",
+    "accept_length",
+    "accept_rate",
+    *(
+        f"{family}_{stat}_ms"
+        for family in ("ttft", "tpot", "itl", "e2e")
+        for stat in ("median", "p99")
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The chosen configuration's figures beside the baseline's, from their search runs."""
+
+    #: ``confirmed choice``, ``confirmed leader (not chosen)``, or not confirmed ``best`` or
+    #: ``best speculative`` (the baseline measured best).
+    what: str
+    trial: int
+    baseline_trial: int
+    #: Each of :data:`COMPARED_FIGURES`: ``{"choice": ..., "baseline": ...}`` (None: not
+    #: measured).
+    figures: dict[str, dict[str, float | None]]
+
+    def lines(self) -> list[str]:
+        head = (
+            f"{self.what} (trial {self.trial}) against the baseline (trial {self.baseline_trial})"
+        )
+        out = [
+            f"{head}, search runs:",
+            f"    {'':<16}{f'trial {self.trial}':>12}{'baseline':>12}{'ratio':>9}",
+        ]
+        for name, pair in self.figures.items():
+            mine, base = pair["choice"], pair["baseline"]
+            if mine is None and base is None:
+                continue
+            ratio = f"x{mine / base:.2f}" if mine is not None and base else ""
+            out.append(f"    {name:<16}{_figure(mine):>12}{_figure(base):>12}{ratio:>9}")
+        return out
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+
+
 @dataclass(frozen=True)
 class StudyReport:
     """Everything ``autotune study report`` prints."""
@@ -106,6 +154,9 @@ class StudyReport:
     #: The confirmation's verdict (None: the study was not confirmed); when there is one,
     #: ``best`` is its choice (the baseline when speculation does not pay).
     verdict: Verdict | None = None
+    #: The choice's (or the best's) throughput, acceptance and latency beside the baseline's;
+    #: None where the baseline or a speculative choice was not measured.
+    comparison: Comparison | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -211,6 +262,7 @@ def build_report(study: optuna.Study, paths: StudyPaths, *, schedule: bool = Tru
     )
     if len(directions) > 1:
         report = replace(report, pareto_front=report.front())
+    report = replace(report, comparison=_comparison(report, records))
     best = _confirmed_choice(report)
     if best is None:
         top = report.top(1)
@@ -337,6 +389,37 @@ def _confirmed_choice(report: StudyReport) -> TrialRow | None:
     return next((r for r in report.rows if r.number == verdict.choice), None)
 
 
+def _comparison(report: StudyReport, records: Mapping[int, TrialRecord]) -> Comparison | None:
+    """The figures of the verdict's choice (where speculation does not pay: its leader) or, not
+    confirmed, of the best, beside the baseline's."""
+    baseline = next((r for r in report.rows if r.role == "baseline" and r.measured), None)
+    verdict = report.verdict
+    if verdict is not None and verdict.kind != "none":
+        what = "confirmed choice" if verdict.choice is not None else "confirmed leader (not chosen)"
+        number = (
+            verdict.choice
+            if verdict.choice is not None
+            else (verdict.leader.trial if verdict.leader is not None else None)
+        )
+    else:
+        top = report.top(len(report.rows))
+        speculative = [r for r in top if r.role != "baseline"]
+        what = "best" if top and top[0].role != "baseline" else "best speculative"
+        number = speculative[0].number if speculative else None
+    if baseline is None or number is None or number == baseline.number or number not in records:
+        return None
+    mine, base = records[number], records[baseline.number]
+    return Comparison(
+        what=what,
+        trial=number,
+        baseline_trial=baseline.number,
+        figures={
+            name: {"choice": mine.metric(name), "baseline": base.metric(name)}
+            for name in COMPARED_FIGURES
+        },
+    )
+
+
 def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
     return all(v <= 0 for v in trial.constraints.values()) if trial.constraints else True
 
@@ -418,6 +501,8 @@ def format_report(report: StudyReport) -> str:
         )
     if len(report.directions) > 1:
         lines += _front_lines(report)
+    if report.comparison is not None:
+        lines += report.comparison.lines()
     if verdict is not None:
         lines += verdict.lines()[1:]
     if report.loads is not None:

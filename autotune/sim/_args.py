@@ -44,7 +44,8 @@ class SimSettings:
     dialect: str = "0.5.23"
     time_scale: float = 1.0
     noise: float = 0.0
-    #: Serving runs this many times slower than the model (``--sim-serve-scale``).
+    #: Serving runs this many times slower than the model, or faster below 1
+    #: (``--sim-serve-scale``).
     serve_scale: float = 1.0
     seed: int | None = None
     faults: FaultPlan = field(default_factory=FaultPlan)

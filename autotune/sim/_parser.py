@@ -90,13 +90,13 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def _at_least_one(text: str) -> float:
+def _positive(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not 1.0 <= value < float("inf"):  # NaN too
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
+    if not 0.0 < value < float("inf"):  # NaN too
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
 
 
@@ -194,10 +194,11 @@ def add_sim_options(
     opt("--sim-dialect", choices=tuple(dialects), default=default, help=what)
     opt("--sim-time-scale", type=_non_negative, default=1.0, help="start-up duration multiplier")
     opt("--sim-noise", type=_non_negative, default=0.0, help="step-time noise (0: none)")
-    opt("--sim-serve-scale", type=_at_least_one, default=1.0, metavar="K",
-        help="serve K times slower than the model (K >= 1): every step takes K times its "
-        "modelled duration, so a client's latencies divided by K (throughput multiplied by K) "
-        "are the model's, with the host's timing jitter K times smaller next to them; the "
+    opt("--sim-serve-scale", type=_positive, default=1.0, metavar="K",
+        help="serve K times slower than the model (K > 1), or 1/K times faster (K < 1): every "
+        "step takes K times its modelled duration, so a client's latencies divided by K "
+        "(throughput multiplied by K) are the model's; above 1 the host's timing jitter weighs "
+        "K times less next to them, below 1 a study runs faster on a faster clock; the "
         "server's log lines and /metrics report the model's time")  # fmt: skip
     opt(
         "--sim-seed",

@@ -103,7 +103,7 @@ class ServingRuntime:
     ) -> None:
         self.engine = engine
         #: Wall-clock seconds per modelled second of serving (``--sim-serve-scale``).
-        self.serve_scale = max(1.0, serve_scale)
+        self.serve_scale = serve_scale if serve_scale > 0 else 1.0
         self.log = log
         self.dialect = dialect
         self.decode_log_interval = max(1, decode_log_interval)

@@ -56,7 +56,7 @@ _ENGINE = (
     *("expose", "vllm_version"),
 )
 _TIMEOUTS = ("startup_s", "benchmark_s", "request_s", "stop_s", "gpu_release_s")
-_SIM = ("profile", "dialect", "time_scale", "noise", "seed", "faults")
+_SIM = ("profile", "dialect", "time_scale", "serve_scale", "noise", "seed", "faults")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: The longest study name (it names files: NAME.db, NAME-artifacts/).
 MAX_NAME_CHARS = 100
@@ -68,6 +68,8 @@ MAX_TP_SIZE = 256
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 #: Bounds of the simulator's time scale (1 runs in real time; tests use 0.005).
 SIM_TIME_SCALE = (1e-4, 100.0)
+#: Bounds of the simulator's serving clock (1: the box's speed; 0.25: four times faster).
+SIM_SERVE_SCALE = (0.05, 100.0)
 #: The largest seed (the samplers and the simulator take 32-bit seeds).
 MAX_SEED = 2**32 - 1
 #: Workload bounds: token lengths, prompts, concurrency, repeats.
@@ -403,6 +405,9 @@ def _parse_sim(sec: Section) -> SimOptions:
         profile=sec.string("profile", d.profile),
         dialect=sec.string("dialect", d.dialect),
         time_scale=sec.number("time_scale", d.time_scale, minimum=low, maximum=high),
+        serve_scale=sec.number(
+            "serve_scale", d.serve_scale, minimum=SIM_SERVE_SCALE[0], maximum=SIM_SERVE_SCALE[1]
+        ),
         noise=sec.number("noise", d.noise, maximum=1.0),
         seed=sec.integer("seed", None, minimum=0, maximum=MAX_SEED),
         faults=sec.strings("faults"),

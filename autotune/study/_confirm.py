@@ -222,7 +222,9 @@ class Confirmation:
     the search benchmark's oracle) and prices each run in GPU seconds
     (:meth:`~autotune.study._evaluate.TrialEvaluator.gpu_seconds`, ``gpus`` GPUs held);
     ``hooks`` makes each run's callbacks (process record, cancellation), ``after_run`` is
-    called when a run ended however it ended; ``on_line`` receives a line per measurement, and
+    called when a run ended however it ended, ``on_run`` when one begins (its round, the least
+    and most rounds, the runs of its round left counting it, the arms measured each round: the
+    study's progress plans from them); ``on_line`` receives a line per measurement, and
     after each round from ``min_rounds`` on where the leader stands (:meth:`_standing`).
     """
 
@@ -238,6 +240,7 @@ class Confirmation:
         hooks: Callable[[], TrialHooks] = TrialHooks,
         on_line: Callable[[str], None] | None = None,
         after_run: Callable[[], None] | None = None,
+        on_run: Callable[[int, tuple[int, int], int, int], None] | None = None,
     ) -> None:
         self.study = study
         self.space = space
@@ -248,6 +251,7 @@ class Confirmation:
         self.hooks = hooks
         self.on_line = on_line or (lambda line: None)
         self.after_run = after_run or (lambda: None)
+        self.on_run = on_run or (lambda r, rounds, left, arms: None)
         self.maximize = space.objective.direction == "maximize"
 
     # --- state -----------------------------------------------------------------------------
@@ -473,9 +477,11 @@ class Confirmation:
         standing = [a for a in arms if a.key not in dropped]
         shift = r % len(standing)
         taken = {m.arm for m in done if m.round == r}
-        for arm in standing[shift:] + standing[:shift]:
-            if arm.key in taken:
-                continue
+        todo = [a for a in standing[shift:] + standing[:shift] if a.key not in taken]
+        for i, arm in enumerate(todo):
+            self.on_run(
+                r, (self.spec.min_rounds, self.spec.max_rounds), len(todo) - i, len(standing)
+            )
             m = self._measure(arm, r, len(done))
             done.append(m)
             self._save(arms, done, None)

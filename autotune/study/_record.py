@@ -184,6 +184,11 @@ STUDY_TWIN_RANKING = "autotune:twin_ranking"
 #: The tuner confirming the study, and the server of its confirmation run (for a kill -9).
 STUDY_CONFIRMING = "autotune:confirming"
 STUDY_CONFIRM_PROCESS = "autotune:confirm_process"
+#: The verdict's headline and the trial it chose (None: run without speculation), written with
+#: the verdict where a reader of the study's attributes (optuna-dashboard's study page) sees
+#: them first: plain names, not ``autotune:`` ones.
+STUDY_VERDICT = "verdict"
+STUDY_CONFIRMED_TRIAL = "confirmed_trial"
 
 
 @dataclass

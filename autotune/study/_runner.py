@@ -71,9 +71,11 @@ from autotune.study._progress import (
 )
 from autotune.study._record import (
     STUDY_CONFIRM_PROCESS,
+    STUDY_CONFIRMED_TRIAL,
     STUDY_CONFIRMING,
     STUDY_REFUSED,
     STUDY_TWIN_RANKING,
+    STUDY_VERDICT,
     SYS_PROCESS,
     Outcome,
     TrialRecord,
@@ -346,10 +348,12 @@ class StudyRunner:
             with (
                 self.interrupts.installed(linger=True),
                 StudyProgress(
-                    self.target,
+                    self.target if search else self.finished_count(),
                     enabled=progress_wanted(self.options.progress),
                     title=self.study.study_name,
                     quiet=self.quiet,
+                    confirm_runs=self._confirm_runs_planned(search),
+                    searched=self.finished_count(),
                 ) as progress,
             ):
                 if search and self.sampler_note is not None:
@@ -375,11 +379,12 @@ class StudyRunner:
                         time.monotonic() - started >= self.options.timeout_s
                     ):
                         stopped_by = "timeout"
+                        progress.search_stopped(f"--timeout {self.options.timeout_s:g} s reached")
                         break
                     why = self._twin_stop()
                     if why is not None:
                         log.info("the twin stops the search: %s", why)
-                        progress.note(f"search stopped: {why}")
+                        progress.search_stopped(why)
                         stopped_by, stop_reason = "twin", why
                         break
                     # a disk that filled up since the last trial stops the study here, before a
@@ -430,6 +435,14 @@ class StudyRunner:
             return self.options.confirm
         return self.space.confirm.enabled and self.options.sampler != "survey"
 
+    def _confirm_runs_planned(self, search: bool) -> int:
+        """The confirmation's starts as planned before it begins: its candidates and the
+        baseline for its least rounds (none where the study does not confirm)."""
+        if search and not self.confirm_wanted():
+            return 0
+        spec = self.space.confirm
+        return (spec.candidates + 1) * spec.min_rounds
+
     def confirm(self, progress: StudyProgress) -> Verdict | None:
         """Confirm the best candidates (:mod:`autotune.study._confirm`); None when another
         live worker of the study is confirming it."""
@@ -444,6 +457,11 @@ class StudyRunner:
         self._stop_confirmation_server()
         self._keep_twin_ranking()
         self.study.set_user_attr(STUDY_CONFIRMING, me)
+
+        def ended() -> None:
+            self._confirm_run_ended()
+            progress.confirm_ended()
+
         confirmation = Confirmation(
             self.study,
             self.space,
@@ -452,7 +470,8 @@ class StudyRunner:
             gpus=self.engine.spec.tp_size,
             hooks=self._confirm_hooks,
             on_line=progress.note,
-            after_run=self._confirm_run_ended,
+            on_run=progress.confirming,
+            after_run=ended,
         )
         try:
             verdict = confirmation.run()
@@ -464,6 +483,8 @@ class StudyRunner:
             ) from None
         finally:
             self.study.set_user_attr(STUDY_CONFIRMING, None)
+        self.study.set_user_attr(STUDY_VERDICT, verdict.headline)
+        self.study.set_user_attr(STUDY_CONFIRMED_TRIAL, verdict.choice)
         save_verdict_note(self.study, verdict)
         log.info("verdict: %s", verdict.headline)
         return verdict
@@ -629,6 +650,7 @@ class StudyRunner:
             # refused before launch (no GPU time), else run by the evaluator
             record = refusal(self.feasibility, config, params, role=role)
             if record is None:
+                progress.started()
                 context = TrialContext(number, role, params, files, hooks)
                 record = self.evaluator.evaluate(config, context)
             self._save(trial, record, config, files)

@@ -21,10 +21,12 @@ from autotune.study._feasibility import fixed_refusal
 from autotune.study._hooks import pause_at
 from autotune.study._optuna import fixed_params
 from autotune.study._record import (
+    STUDY_CONFIRMED_TRIAL,
     STUDY_FINGERPRINT,
     STUDY_OPTIONS,
     STUDY_SPACE_SOURCE,
     STUDY_TARGET,
+    STUDY_VERDICT,
     SYS_RERUN_OF,
 )
 from autotune.study._space_record import name_objectives, store_space, stored_space_text
@@ -438,7 +440,16 @@ DEFAULT_TARGET = 20
 
 def store_start_options(study: optuna.Study, options: StudyOptions) -> None:
     """Record what ``study start`` was asked, in one attribute (:data:`STUDY_OPTIONS`): the
-    target (``--n-trials``) and ``--confirm``/``--no-confirm`` (None: as the space says)."""
+    target (``--n-trials``) and ``--confirm``/``--no-confirm`` (None: as the space says).
+
+    The verdict's attributes come first, holding their place until the confirmation writes
+    them: optuna-dashboard lists a study's attributes in the order they were first written,
+    so the verdict leads its study page."""
+    if STUDY_VERDICT not in study.user_attrs:
+        study.set_user_attr(
+            STUDY_VERDICT, "not confirmed yet (`autotune study confirm` confirms the search's best)"
+        )
+        study.set_user_attr(STUDY_CONFIRMED_TRIAL, None)
     study.set_user_attr(STUDY_OPTIONS, {"n_trials": options.n_trials, "confirm": options.confirm})
 
 

@@ -240,6 +240,7 @@ class TrialRunner:
             headers=launch.auth_headers,
             server_api=self.engine.server_api(),
             limits=self.space.objective.slo,
+            time_scale=self.engine.serve_time_scale(),
         )
         client = BenchmarkClient(launch.url, options)
         started = time.monotonic()
@@ -438,11 +439,13 @@ class ServerEvaluator(TrialEvaluator):
         self.trials = trials
 
     def gpu_seconds(self, record: TrialRecord, wall_s: float, gpus: int) -> float:
-        """The GPUs held for ``wall_s``, the start-up counted as long as on the box the engine
-        stands for (the simulator starts its servers faster than the box it models)."""
+        """The GPUs held for ``wall_s``, the start-up and the serving counted as long as on the
+        box the engine stands for (the simulator starts its servers, and may serve, faster than
+        the box it models)."""
         startup = min(wall_s, record.startup_s or 0.0)
-        scale = self.trials.engine.startup_time_scale()
-        return (startup / scale + (wall_s - startup)) * gpus
+        engine = self.trials.engine
+        serving = wall_s - startup
+        return (startup / engine.startup_time_scale() + serving / engine.serve_time_scale()) * gpus
 
     def evaluate(self, config: ServerConfig, context: TrialContext) -> TrialRecord:
         return self.trials.launch(

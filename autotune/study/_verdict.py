@@ -6,10 +6,13 @@ study (``autotune:confirmation``) and read back by the report, whose first line 
 * ``pays``: the leader's interval over the baseline lies above 1, e.g.
   ``EAGLE-3 pays: x1.04 [1.02, 1.06] over no speculation with speculative_num_steps=2, ...``;
 * ``noise``: the leader's interval holds 1: ``no configuration beats no speculation beyond noise
-  (best x1.01 [0.99, 1.03] ...)``, so run without speculation;
+  (best x1.01 [0.995, 1.03] ...)``, so run without speculation;
 * ``costs``: even the leader is slower than no speculation, beyond noise;
 * ``none``: nothing could be confirmed (no speculative configuration was measured, or the
   baseline did not start during the confirmation).
+
+The figures are printed by :func:`ratio_interval`, with three decimals where a bound lies within
+1% of 1, so the digits that decide the verdict are always shown.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class ArmFigure:
     def interval(self) -> str:
         if self.ratio is None or self.low is None or self.high is None:
             return "x? (fewer than two paired rounds)"
-        return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]"
+        return ratio_interval(self.ratio, self.low, self.high, digits=3)
 
     def to_dict(self) -> dict[str, Any]:
         out = {**dataclasses.asdict(self), "config": dict(self.config)}
@@ -123,7 +126,8 @@ class LoadChoice:
         if self.rivals:
             tail += f"; not told apart from {', '.join(self.rivals)} there"
         return (
-            f"    at {self.label}: {self.key} x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] "
+            f"    at {self.label}: {self.key} "
+            f"{ratio_interval(self.ratio, self.low, self.high, digits=3)} "
             f"over the baseline there, {self.runs} rounds{tail}"
         )
 
@@ -186,7 +190,8 @@ class Verdict:
         out = [self.headline]
         out.append(
             f"confirmed: {self.rounds} interleaved rounds, {self.starts} server starts, "
-            f"{self.gpu_hours:.2f} GPU h; intervals {self.confidence:.0%} family-wise"
+            f"{self.gpu_hours:.2f} GPU h of the box (a simulator's faster clocks counted as "
+            f"the box's); intervals {self.confidence:.0%} family-wise"
         )
         for arm in self.arms:
             state = "" if arm.dropped is None else f"  dropped: {arm.dropped}"
@@ -254,7 +259,8 @@ def judge(
         f"{k}={_show(leader.config[k])}" for k in shown if leader.config.get(k) is not None
     ) or ", ".join(f"{k}={_show(v)}" for k, v in leader.config.items() if v is not None)
     name = _NAMES.get(str(leader.config.get("speculative_algorithm")), "speculation")
-    figure = f"x{leader.ratio:.2f} [{leader.low:.2f}, {leader.high:.2f}]"
+    assert leader.ratio is not None
+    figure = ratio_interval(leader.ratio, leader.low, leader.high)
     if leader.low > 1.0:
         kind = "pays"
         headline = f"{name} pays: {figure} over no speculation with {knobs}"
@@ -274,6 +280,24 @@ def judge(
         )
         choice = None
     return verdict(kind, headline, choice, leader)
+
+
+def ratio_interval(ratio: float, low: float, high: float, *, digits: int = 2) -> str:
+    """A ratio to the baseline with its interval, e.g. ``x1.05 [1.004, 1.10]``: the one way a
+    verdict's figure is printed (the headline, the report, the dashboard note, the end of a run).
+
+    Each number has ``digits`` decimals, more where it lies within 1% of 1 (three, then as many
+    as it takes, up to six, not to round onto 1.000), so an interval whose lower bound is 1.004
+    (speculation pays) never prints as one whose lower bound is 0.995 (it does not beyond noise).
+    """
+    return f"x{_near_one(ratio, digits)} [{_near_one(low, digits)}, {_near_one(high, digits)}]"
+
+
+def _near_one(value: float, digits: int) -> str:
+    places = max(digits, 3) if abs(value - 1.0) < 0.01 else digits
+    while places < 6 and value != 1.0 and round(value, places) == 1.0:
+        places += 1
+    return f"{value:.{places}f}"
 
 
 def _show(value: Any) -> str:

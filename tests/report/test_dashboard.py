@@ -76,3 +76,68 @@ def test_dashboard_refuses_a_busy_port(seed_study: StudyRun) -> None:
         second = run_cli("dashboard", *seed_study.cli_args(), "--port", port, timeout=60)
     assert second.returncode == 2, second.describe()
     assert f"port {port}" in second.stderr and "already in use" in second.stderr
+
+
+_SERVE_AND_ASK = """
+import json, subprocess, sys, time
+import httpx
+port, folder = sys.argv[1], sys.argv[2]
+argv = [sys.executable, "-m", "autotune", "dashboard", "--study-name", "seed",
+        "--studies-dir", folder, "--port", port]
+proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+answer = None
+try:
+    for _ in range(300):
+        if proc.poll() is not None:
+            break
+        try:
+            got = httpx.get(f"http://127.0.0.1:{port}/api/studies", timeout=2)
+        except httpx.TransportError:
+            got = None
+        if got is not None and got.status_code == 200:
+            answer = got.json()
+            break
+        time.sleep(0.2)
+finally:
+    if proc.poll() is None:
+        proc.terminate()
+    out, err = proc.communicate(timeout=20)
+print(json.dumps({"answer": answer, "out": out, "err": err}))
+"""
+
+
+def test_a_study_in_a_read_only_folder_is_served_read_only(
+    seed_study: StudyRun, tmp_path: Path
+) -> None:
+    """A study folder that cannot be written (a read-only filesystem: as root, chmod is no
+    bar) opens, as `study report` opens it."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from study._helpers import free_port
+    from study.test_faults import _private_tmpfs
+
+    staged = tmp_path / "staged"
+    shutil.copytree(seed_study.studies_dir, staged)
+    folder = tmp_path / "frozen"
+    wrap = _private_tmpfs(
+        folder,
+        "size=50m",
+        before=f'cp -a "{staged}/." "{folder}/" && mount -o remount,ro "{folder}" && ',
+    )
+    script = tmp_path / "serve_and_ask.py"
+    script.write_text(_SERVE_AND_ASK)
+    done = subprocess.run(
+        [*wrap, sys.executable, str(script), str(free_port()), str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["answer"] is not None, result
+    assert [s["study_name"] for s in result["answer"]["study_summaries"]] == ["seed"]
+    assert "read-only" in result["out"] + result["err"], result
+    assert "Traceback" not in result["err"], result

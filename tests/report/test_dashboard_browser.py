@@ -93,7 +93,8 @@ def test_the_space_file_is_a_study_artifact_not_an_attribute(
     assert seed_study.space.name in artifacts
     _, attrs = top.table_with("Key")
     keys = {row["Key"] for row in attrs}
-    assert "autotune:space_artifact" in keys and "autotune:space_text" not in keys
+    assert "autotune:space_text" not in keys  # (the first page of them: the verdict's lead)
+    assert "autotune:space_artifact" in seed_study.load().user_attrs
     assert max(len(row["Value"]) for row in attrs) < 200, attrs
     # the space file's own lines are not on the page (they are in the artifact)
     first = next(line for line in seed_study.space.read_text().splitlines() if "model_path" in line)
@@ -172,3 +173,16 @@ def test_a_two_objective_study_autotune_ran_shows_the_front_the_report_lists(
     assert "output_tok_s" in card and "ttft_p99_ms" in card
     assert top.count("path", "point", inside="graph-pareto-front") == len(measured)
     assert "Objective 0" not in top.text
+
+
+def test_the_study_page_s_attributes_lead_with_the_verdict(
+    seed_pages: tuple[Page, Page, Page], seed_study: StudyRun
+) -> None:
+    """The verdict's attributes are the first the study page lists (here: not confirmed, the
+    session study turns confirmation off), then the study's own."""
+    top, _, _ = seed_pages
+    _, attrs = top.table_with("Key")
+    plain = seed_study.load().user_attrs
+    assert [row["Key"] for row in attrs[:2]] == ["verdict", "confirmed_trial"]
+    assert attrs[0]["Value"] == plain["verdict"]
+    assert plain["verdict"].startswith("not confirmed yet")

@@ -110,14 +110,15 @@ def test_sim_options_are_parsed() -> None:
     assert "sim_fault" not in launch.args and "sim_profile" not in launch.args
 
 
-def test_serve_scale_is_a_factor_of_at_least_one(capsys: pytest.CaptureFixture[str]) -> None:
-    launch = parse_launch_args(["--model-path", "m", "--sim-serve-scale", "4"])
-    assert launch.sim.serve_scale == 4.0
-    for bad in ("0.5", "0", "nan", "inf", "x"):
+def test_serve_scale_is_a_positive_factor(capsys: pytest.CaptureFixture[str]) -> None:
+    for given in ("4", "0.1"):
+        launch = parse_launch_args(["--model-path", "m", "--sim-serve-scale", given])
+        assert launch.sim.serve_scale == float(given)
+    for bad in ("-1", "0", "nan", "inf", "x"):
         with pytest.raises(SystemExit) as exc:
             parse_launch_args(["--model-path", "m", "--sim-serve-scale", bad])
         assert exc.value.code == 2
-        assert "expected a number >= 1" in capsys.readouterr().err
+        assert "expected a number > 0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("spec", ["bogus", "http_500", "http_500:0", "slow_start:-1", "garbage:x"])

@@ -25,7 +25,7 @@ def test_shipped_spaces_check_clean(path: Path, capsys: pytest.CaptureFixture[st
     assert f"space {space.name}" in out
     family = "vLLM" if space.engine.kind in ("vllm", "sim-vllm") else "SGLang"
     assert re.search(rf"{family}'s rules refuse \d+ of 1000 random proposals", out)
-    assert f"valid (fingerprint {space.fingerprint()})" in out
+    assert _shipped_verdict(path) in out
 
 
 def test_refused_count_matches_the_rules(
@@ -117,3 +117,45 @@ def test_as_a_subprocess(tmp_path: Path) -> None:
     assert failed.returncode == 2
     assert f"{bad}:2 (name): duplicate key 'name'" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def _shipped_verdict(path: Path) -> str:
+    """What `space check` ends with for a shipped space on this machine: valid, or valid as a
+    file where its engine cannot be launched here (an SGLang space without SGLang)."""
+    from autotune._errors import EngineError
+    from autotune.engines import create_engine
+
+    space = load_space(path)
+    try:
+        create_engine(space.engine).check_installed()
+    except EngineError:
+        return f"valid as a file (fingerprint {space.fingerprint()}), but not runnable"
+    return f"valid (fingerprint {space.fingerprint()})"
+
+
+def test_an_sglang_space_without_sglang_warns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # an interpreter that cannot import SGLang whatever this machine has: Python without its
+    # site-packages
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "engine: {kind: sglang, model_path: /m, draft_model_path: /d, tp_size: 1, "
+        "check_paths: false, "
+        f"python: {python}}}\n"
+        "fixed: {speculative_algorithm: EAGLE3, speculative_eagle_topk: 1}\n"
+        "parameters:\n"
+        "  speculative_num_steps: {type: int, low: 1, high: 3}\n"
+        "  speculative_num_draft_tokens: {type: int, low: 2, high: 4}\n"
+    )
+    assert main(["space", "check", str(path), "--proposals", "10"]) == 0
+    out = capsys.readouterr().out
+    warning = next(line for line in out.splitlines() if line.startswith("warning:"))
+    assert "SGLang is not importable" in warning
+    assert "`autotune study start` would refuse this space here" in warning
+    assert "to fix: install SGLang" in warning
+    assert f"valid (fingerprint {load_space(path).fingerprint()})" not in out
+    assert out.rstrip().endswith("(see the warning above)")

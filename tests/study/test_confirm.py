@@ -70,6 +70,10 @@ def test_a_study_is_confirmed_after_its_search_and_the_report_leads_with_the_ver
     assert verdict["choice"] == leader["trial"]
     assert verdict["headline"].startswith("EAGLE-3 pays: x")
     assert verdict["headline"] in run.out
+    # where the dashboard's study page shows them: the verdict and the trial it chose
+    study = optuna.load_study(study_name="conf", storage=lab.storage(lab.sqlite_url("conf")))
+    attrs = study.user_attrs
+    assert (attrs["verdict"], attrs["confirmed_trial"]) == (verdict["headline"], leader["trial"])
     assert verdict["gpu_hours"] > 0 and verdict["starts"] == len(state["measurements"])
     # the ratio is the geometric mean of the rounds' ratios to the same round's baseline
     by_round: dict[int, dict[str, float]] = {}

@@ -133,6 +133,10 @@ class SimEngine(ProfileFacts, SGLangRules):
         assert self.spec.sim is not None
         return float(self.spec.sim.time_scale)
 
+    def serve_time_scale(self) -> float:
+        """The simulator's serving clock (``engine.sim.serve_scale``)."""
+        return float(self.spec.sim.serve_scale)
+
     def describe(self) -> str:
         sim = self.spec.sim
         return (
@@ -150,6 +154,8 @@ class SimEngine(ProfileFacts, SGLangRules):
         argv += self.spec.extra_args
         argv += ["--sim-profile", sim.profile, "--sim-dialect", sim.dialect]
         argv += ["--sim-time-scale", repr(float(sim.time_scale))]
+        if sim.serve_scale != 1.0:
+            argv += ["--sim-serve-scale", repr(float(sim.serve_scale))]
         argv += ["--sim-noise", repr(float(sim.noise))]
         if sim.seed is not None:
             argv += ["--sim-seed", str(sim.seed)]

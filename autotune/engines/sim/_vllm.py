@@ -98,6 +98,10 @@ class SimVLLMEngine(ProfileFacts, VLLMEngine):
     def startup_time_scale(self) -> float:
         return float(self.spec.sim.time_scale)
 
+    def serve_time_scale(self) -> float:
+        """The simulator's serving clock (``engine.sim.serve_scale``)."""
+        return float(self.spec.sim.serve_scale)
+
     def build_launch(
         self, config: ServerConfig, *, port: int, workload: WorkloadSpec | None = None
     ) -> LaunchSpec:
@@ -107,6 +111,8 @@ class SimVLLMEngine(ProfileFacts, VLLMEngine):
         argv += self.spec.extra_args
         argv += ["--sim-profile", sim.profile, "--sim-dialect", f"vllm-{self.release}"]
         argv += ["--sim-time-scale", repr(float(sim.time_scale))]
+        if sim.serve_scale != 1.0:
+            argv += ["--sim-serve-scale", repr(float(sim.serve_scale))]
         argv += ["--sim-noise", repr(float(sim.noise))]
         if sim.seed is not None:
             argv += ["--sim-seed", str(sim.seed)]
