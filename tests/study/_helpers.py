@@ -118,7 +118,7 @@ def run_cli(
     environ["AUTOTUNE_NO_PROGRESS"] = "1"
     environ.update(env or {})
     if not own_process:
-        return _run_in_process(args, cwd, environ)
+        return run_in_process(args, cwd, environ)
     started = time.monotonic()
     proc = subprocess.Popen(
         [*autotune_argv(), *args],
@@ -143,7 +143,7 @@ def run_cli(
     return CliRun(tuple(args), proc.returncode, stdout, stderr, time.monotonic() - started)
 
 
-def _run_in_process(args: Sequence[str], cwd: Path, environ: Mapping[str, str]) -> CliRun:
+def run_in_process(args: Sequence[str], cwd: Path, environ: Mapping[str, str]) -> CliRun:
     """``autotune ARGS`` through :func:`autotune.cli.main` in this process.
 
     The environment and working directory are the command's for the call and restored after;
