@@ -147,23 +147,31 @@ def run_in_process(args: Sequence[str], cwd: Path, environ: Mapping[str, str]) -
     """``autotune ARGS`` through :func:`autotune.cli.main` in this process.
 
     The environment and working directory are the command's for the call and restored after;
-    what it writes to stdout and stderr is captured. An exception that escapes ``main`` (a bug)
-    becomes exit code 1 with its traceback on stderr, as the interpreter reports it.
+    what it writes to stdout and stderr is captured. Logging is as in a process of its own: the
+    root logger without pytest's handlers, so that a warning logged where autotune has no
+    handler of its own reaches stderr through logging's last resort, as it does for a user. An
+    exception that escapes ``main`` (a bug) becomes exit code 1 with its traceback on stderr, as
+    the interpreter reports it.
     """
     import contextlib
     import io
+    import logging
     import traceback
 
     from autotune.cli import main
 
     saved_env = dict(os.environ)
     saved_cwd = Path.cwd()
+    root = logging.getLogger()
+    ours = logging.getLogger("autotune")
+    saved_handlers, saved_level = list(root.handlers), ours.level
     out, err = io.StringIO(), io.StringIO()
     started = time.monotonic()
     try:
         os.environ.clear()
         os.environ.update(environ)
         os.chdir(cwd)
+        root.handlers = []
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(list(args))
@@ -171,6 +179,8 @@ def run_in_process(args: Sequence[str], cwd: Path, environ: Mapping[str, str]) -
                 traceback.print_exc()
                 code = 1
     finally:
+        root.handlers = saved_handlers
+        ours.setLevel(saved_level)
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
