@@ -154,6 +154,7 @@ def run_in_process(args: Sequence[str], cwd: Path, environ: Mapping[str, str]) -
     the interpreter reports it.
     """
     import contextlib
+    import gc
     import io
     import logging
     import traceback
@@ -179,6 +180,7 @@ def run_in_process(args: Sequence[str], cwd: Path, environ: Mapping[str, str]) -
                 traceback.print_exc()
                 code = 1
     finally:
+        gc.collect()  # what the command left open (its storage's connections) closes, as at exit
         root.handlers = saved_handlers
         ours.setLevel(saved_level)
         os.chdir(saved_cwd)
