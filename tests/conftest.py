@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,3 +22,12 @@ def repo_path(*parts: str) -> Path:
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0", "false")
+
+
+@pytest.fixture(scope="session")
+def mix_study(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One ``autotune study start`` over the load mix (tests/study/_loads.py), shared by the
+    study's and the report's tests of it; a test that changes it works on a copy."""
+    from study._loads import run_mix_study
+
+    return run_mix_study(tmp_path_factory.mktemp("mix-study"))

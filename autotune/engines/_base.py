@@ -74,6 +74,9 @@ class Engine(abc.ABC):
     #: figures come from its profile whatever files the path holds; any draft algorithm of the
     #: profile then runs on a stand-in model, as ``autotune smoke`` uses it).
     runs_checkpoint: ClassVar[bool] = True
+    #: Whether the twin (``autotune.twin``: a model of an SGLang server on a box) models this
+    #: engine's server, so that its sampler can guide a study of it.
+    twin_models: ClassVar[bool] = False
 
     def __init__(self, spec: EngineSpec) -> None:
         self.spec = spec
@@ -106,6 +109,12 @@ class Engine(abc.ABC):
     @classmethod
     def spec_note(cls, spec: EngineSpec) -> str | None:
         """A few words on what ``spec`` says of this engine, for a space's summary."""
+        return None
+
+    @classmethod
+    def facts_profile(cls, spec: EngineSpec) -> str | None:
+        """The simulator profile that holds the facts of the box ``spec``'s server runs on (a
+        simulated server's); None: a real server, whose box's facts the user gives."""
         return None
 
     @classmethod

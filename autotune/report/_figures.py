@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from autotune.study._record import Outcome, TrialRecord
+from autotune.study._record import Outcome, TrialRecord, within_limits
 
 if TYPE_CHECKING:
     import optuna
@@ -50,7 +50,7 @@ def trials_frame(study: optuna.Study) -> list[dict[str, Any]]:
                 "speedup": record.speedup,
                 "accept_length": record.accept_length,
                 "startup_s": record.startup_s,
-                "feasible": all(v <= 0 for v in t.constraints.values()),
+                "feasible": within_limits(t),
                 **{f"knob:{k}": v for k, v in config.items()},
             }
         )

@@ -37,6 +37,7 @@ from autotune.study._record import (
     Outcome,
     TrialRecord,
     outcome_of,
+    within_limits,
 )
 from autotune.study._storage import StudyPaths, open_for_reading, storage_faults, study_paths
 from autotune.study._verdict import Verdict
@@ -420,10 +421,6 @@ def _comparison(report: StudyReport, records: Mapping[int, TrialRecord]) -> Comp
     )
 
 
-def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
-    return all(v <= 0 for v in trial.constraints.values()) if trial.constraints else True
-
-
 def _text(value: str | None) -> str | None:
     """A recorded text, with any secret in it redacted (studies recorded before redaction)."""
     return redact_text(value) if value else None
@@ -439,7 +436,7 @@ def _row(trial: optuna.trial.FrozenTrial, record: TrialRecord) -> TrialRow:
         startup_s=record.startup_s,
         config=dict(record.config if record.config is not None else trial.params),
         accept_length=record.accept_length,
-        feasible=_feasible(trial),
+        feasible=within_limits(trial),
         failure_line=_text(record.failure_line),
         advice=_text(record.advice),
         values=tuple(trial.values or ()) if record.measured else (),

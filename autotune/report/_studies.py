@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune._errors import StorageError
-from autotune.study._record import Outcome, outcome_of
+from autotune.study._record import best_feasible_trial, first_value
 from autotune.study._storage import StudyPaths, open_for_reading, storage_faults, study_paths
 
 
@@ -90,17 +90,9 @@ def _infos(rdb: object, url: str) -> list[StudyInfo]:
         trials = study.get_trials(deepcopy=False)
         done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         single = len(study.directions) == 1  # a multi-objective study has no one best
-        values = [
-            t.value
-            for t in trials
-            if single
-            and t.state == TrialState.COMPLETE
-            and t.value is not None
-            and outcome_of(t.user_attrs) in (None, Outcome.OK)  # (None: recorded by Optuna)
-            and all(v <= 0 for v in t.constraints.values())
-        ]
         maximize = study.directions[0].name == "MAXIMIZE"
-        best = (max if maximize else min)(values) if values else None
+        chosen = best_feasible_trial(trials, maximize=maximize) if single else None
+        best = None if chosen is None else first_value(chosen)
         out.append(
             StudyInfo(
                 s.study_name,

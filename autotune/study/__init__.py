@@ -8,7 +8,14 @@ with server logs and raw benchmark results as artifacts, for optuna-dashboard an
 from __future__ import annotations
 
 from autotune.study._choice import SAMPLERS, SamplerChoice, build_sampler, choose_sampler
-from autotune.study._record import CRASH_OUTCOMES, Outcome, TrialRecord
+from autotune.study._record import (
+    CRASH_OUTCOMES,
+    Outcome,
+    TrialRecord,
+    best_feasible_trial,
+    feasible_trials,
+    within_limits,
+)
 from autotune.study._runner import StudySummary, confirm_study, resume_study, start_study
 from autotune.study._sampler import AutotuneSampler
 from autotune.study._setup import StudyOptions
@@ -24,11 +31,14 @@ __all__ = [
     "StudyPaths",
     "StudySummary",
     "TrialRecord",
+    "best_feasible_trial",
     "build_sampler",
     "choose_sampler",
     "confirm_study",
+    "feasible_trials",
     "open_storage",
     "resume_study",
     "start_study",
     "study_paths",
+    "within_limits",
 ]

@@ -87,11 +87,13 @@ def twin_ready(space: SearchSpace, *, facts_known: bool) -> bool:
     predicts throughput, not latency percentiles; GPSampler learns those limits as
     constraints). Over a load mix it aims at the weighted figure and at each load point alone
     (the report's per-load winners), and stops once none of them can improve."""
+    from autotune.engines import engine_class
+
     objective = space.objective
     if objective.multi or objective.constraints:
         return False
-    kind = space.engine.kind
-    return kind == "sim" or (kind == "sglang" and facts_known)
+    engine = engine_class(space.engine.kind)
+    return engine.twin_models and (facts_known or engine.facts_profile(space.engine) is not None)
 
 
 def without_twin(requested: str, space: SearchSpace) -> str:

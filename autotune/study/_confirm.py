@@ -62,6 +62,7 @@ from autotune.study._paired import CHOICE_CONFIDENCE, Paired
 from autotune.study._record import (
     STUDY_CONFIRMATION,
     TrialRecord,
+    feasible_trials,
     first_value,
     twin_ranking,
 )
@@ -129,11 +130,9 @@ def candidates(
 
     maximize = space.objective.direction == "maximize"
     usable = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    for t in feasible_trials(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
         record = TrialRecord.from_trial(t)
         if record.role == BASELINE or not record.measured or record.value is None:
-            continue
-        if t.constraints and any(v > 0 for v in t.constraints.values()):
             continue
         usable.append((t, record))
     arms = [Arm(BASELINE, None, space.baseline_config(), None)]

@@ -42,7 +42,7 @@ figures and the review notebook read records, never the attributes themselves.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -331,6 +331,58 @@ def first_value(trial: optuna.trial.FrozenTrial) -> float | None:
     raises on a multi-objective study's trial.)"""
     values = trial.values
     return float(values[0]) if values else None
+
+
+#: A study's constraint values of a trial (feasible where all are <= 0), as the loop computes them.
+ConstraintsFn = Callable[["optuna.trial.FrozenTrial"], Sequence[float]]
+
+
+def within_limits(
+    trial: optuna.trial.FrozenTrial, constraints: ConstraintsFn | None = None
+) -> bool:
+    """Whether ``trial`` is within the study's limits: every constraint value is <= 0, those
+    ``constraints`` computes, else those recorded with the trial (none recorded: within).
+
+    The recorded values include ``starts`` (> 0: the server did not start and was not measured)
+    and one per limit of the space (``objective.constraints``).
+    """
+    if constraints is not None:
+        return all(v <= 0 for v in constraints(trial))
+    recorded = trial.constraints
+    return all(v <= 0 for v in recorded.values()) if recorded else True
+
+
+def feasible_trials(
+    trials: Iterable[optuna.trial.FrozenTrial], constraints: ConstraintsFn | None = None
+) -> list[optuna.trial.FrozenTrial]:
+    """The measured trials within the study's limits, in the order given: complete, with an
+    objective value, measured (outcome ``ok``, or none: a trial Optuna recorded itself) and
+    :func:`within_limits`. The one definition the loop, the samplers and the report use."""
+    from optuna.trial import TrialState
+
+    return [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE
+        and first_value(t) is not None
+        and outcome_of(t.user_attrs) in (None, Outcome.OK)
+        and within_limits(t, constraints)
+    ]
+
+
+def best_feasible_trial(
+    trials: Iterable[optuna.trial.FrozenTrial],
+    *,
+    maximize: bool,
+    constraints: ConstraintsFn | None = None,
+) -> optuna.trial.FrozenTrial | None:
+    """The best of :func:`feasible_trials` by the (first) objective, the first of equal values
+    in the order given; None when no trial is feasible."""
+    feasible = feasible_trials(trials, constraints)
+    if not feasible:
+        return None
+    sign = 1.0 if maximize else -1.0
+    return max(feasible, key=lambda t: sign * (first_value(t) or 0.0))
 
 
 def twin_ranking(study: optuna.Study) -> list[Any] | None:

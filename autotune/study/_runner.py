@@ -79,6 +79,8 @@ from autotune.study._record import (
     SYS_PROCESS,
     Outcome,
     TrialRecord,
+    best_feasible_trial,
+    feasible_trials,
     first_value,
     outcome_of,
     twin_ranking,
@@ -761,15 +763,10 @@ class StudyRunner:
 
     def _best(self) -> optuna.trial.FrozenTrial | None:
         """The best feasible trial by the (first) objective."""
-        feasible = [
-            t
-            for t in self._completed()
-            if first_value(t) is not None and all(v <= 0 for v in self.constraints(t))
-        ]
-        if not feasible:
-            return None
         maximize = self.space.objective.direction == "maximize"
-        return (max if maximize else min)(feasible, key=lambda t: first_value(t) or 0.0)
+        return best_feasible_trial(
+            self._completed(), maximize=maximize, constraints=self.constraints
+        )
 
     def _best_text(self) -> str:
         best = self._best()
@@ -793,9 +790,8 @@ class StudyRunner:
         maximize = self.space.objective.direction == "maximize"
         figures = [
             v
-            for t in self._completed()
-            if all(c <= 0 for c in self.constraints(t))
-            and (v := TrialRecord.from_trial(t).at_load(label)) is not None
+            for t in feasible_trials(self._completed(), self.constraints)
+            if (v := TrialRecord.from_trial(t).at_load(label)) is not None
         ]
         if not figures:
             return None

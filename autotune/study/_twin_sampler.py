@@ -68,7 +68,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import ParamSpec, SearchSpace
 from autotune.study._optuna import fixed_params
-from autotune.study._record import TrialRecord
+from autotune.study._record import TrialRecord, best_feasible_trial, feasible_trials
 from autotune.study._sampler import SETTLED_KNOBS, AutotuneSampler
 from autotune.study._twin_trials import observation
 from autotune.twin._prediction import TwinPrediction
@@ -347,23 +347,15 @@ class TwinSampler(AutotuneSampler):
 
     def _feasible(self, finished: Sequence[FrozenTrial]) -> list[FrozenTrial]:
         """The trials measured within the space's limits."""
-        return [
-            t
-            for t in finished
-            if t.state == TrialState.COMPLETE
-            and t.values
-            and (self.constraints is None or all(c <= 0 for c in self.constraints(t)))
-        ]
+        return feasible_trials(finished, self.constraints)
 
     def _best(self, finished: Sequence[FrozenTrial]) -> float | None:
         """The twin's value of the best measured configuration within the space's limits
         (its expected value there: the measurements around it weigh in, so one lucky
         measurement does not end the search); None before anything is measured."""
-        feasible = self._feasible(finished)
-        if not feasible:
+        best = best_feasible_trial(finished, maximize=self.maximize, constraints=self.constraints)
+        if best is None:
             return None
-        sign = 1.0 if self.maximize else -1.0
-        best = max(feasible, key=lambda t: sign * t.values[0])
         seen = observation(self.space, best)
         measured = float(best.values[0])
         if seen is None:

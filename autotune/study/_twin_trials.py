@@ -33,22 +33,25 @@ def twin_facts(space: SearchSpace, facts_file: str | None) -> BoxFacts:
         ConfigError: a vLLM engine (the twin models SGLang), a real engine and no facts
             file, or a facts file that cannot be read.
     """
+    from autotune.engines import engine_class
     from autotune.twin import BoxFacts
 
-    if space.engine.kind in ("vllm", "sim-vllm"):
+    engine = engine_class(space.engine.kind)
+    if not engine.twin_models:
         raise ConfigError(
             f"the twin models an SGLang server; this space's engine is {space.engine.kind}",
             hint="choose --sampler auto",
         )
     if facts_file is not None:
         return BoxFacts.from_file(facts_file)
-    if space.engine.kind != "sim":
+    profile = engine.facts_profile(space.engine)
+    if profile is None:
         raise ConfigError(
             f"the twin needs the facts of the box the study runs on (engine {space.engine.kind})",
             hint="give them with --facts FILE (GPU name, memory, count, interconnect, the "
             "model's config: see search_spaces/README.md)",
         )
-    return BoxFacts.from_profile(space.engine.sim.profile)
+    return BoxFacts.from_profile(profile)
 
 
 class Observed:

@@ -458,3 +458,13 @@ def test_the_start_up_time_scale_is_that_of_the_box_it_stands_for(engine: Engine
     simulated = engine.spec.kind in ("sim", "sim-vllm")
     expected = engine.spec.sim.time_scale if simulated else 1.0
     assert scale == expected and 0 < scale <= 1.0
+
+
+def test_the_box_facts_of_a_simulated_server_are_its_profile(engine: Engine) -> None:
+    # a simulated server's box is its profile's; a real one's box is the user's to describe
+    profile = type(engine).facts_profile(engine.spec)
+    assert profile == (engine.spec.sim.profile if not engine.runs_checkpoint else None)
+
+
+def test_the_twin_models_the_engines_that_speak_sglang(engine: Engine) -> None:
+    assert type(engine).twin_models == (engine.family == "SGLang")

@@ -13,16 +13,11 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 from study._helpers import StudyRun, finished_trials, run_cli
-from study._loads import MIX, run_mix_study
+from study._loads import MIX
 
 from autotune.report import build_report, format_report, load_study
 from autotune.study._optuna import set_study_system_attr
 from autotune.study._space_record import SPACE_TEXT_KEY, stored_space_text
-
-
-@pytest.fixture(scope="module")
-def mix_study(tmp_path_factory: pytest.TempPathFactory) -> StudyRun:
-    return run_mix_study(tmp_path_factory.mktemp("mix-report"))
 
 
 def _measured(run: StudyRun) -> list[FrozenTrial]:

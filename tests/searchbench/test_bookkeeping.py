@@ -5,12 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from autotune.cli import main
 from autotune.searchbench import (
     Optimum,
     Oracle,
@@ -91,16 +90,18 @@ def test_a_trial_costs_its_startup_benchmark_and_stop(tiny_space: Path) -> None:
     assert noisy.value != measured.value and noisy.seconds == measured.seconds
 
 
-def test_the_command_writes_table_json_and_figure(tiny_space: Path, tmp_path: Path) -> None:
+def test_the_command_writes_table_json_and_figure(
+    tiny_space: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "autotune", "bench", "search", "--space", str(tiny_space),
+    code = main(
+        ["bench", "search", "--space", str(tiny_space),
          "--samplers", "default,random,grid,sglang-auto", "--seeds", "2", "--budget", "6",
-         "--out", str(out), "--json"],
-        capture_output=True, text=True, timeout=600, check=False,
+         "--out", str(out), "--json"]
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout)
+    done = capsys.readouterr()
+    assert code == 0, done.err
+    data = json.loads(done.out)
     assert set(data["strategies"]) == {"default", "random", "grid", "sglang-auto"}
     for summary in data["strategies"].values():
         assert {"median_trials_to_98", "median_gpu_hours_to_98", "median_crash_share"} <= set(
@@ -118,15 +119,14 @@ def test_the_command_writes_table_json_and_figure(tiny_space: Path, tmp_path: Pa
     assert "search-rtxpro6000x8-kimi-k2.5.html" in names
 
 
-def test_an_unknown_strategy_is_refused(tiny_space: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "autotune", "bench", "search", "--space", str(tiny_space),
-         "--samplers", "default,annealing"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode != 0
-    assert "unknown strategy 'annealing'" in done.stderr
-    assert "Traceback" not in done.stderr
+def test_an_unknown_strategy_is_refused(
+    tiny_space: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["bench", "search", "--space", str(tiny_space), "--samplers", "default,annealing"])
+    done = capsys.readouterr()
+    assert code != 0
+    assert "unknown strategy 'annealing'" in done.err
+    assert "Traceback" not in done.err
 
 
 def _confirmed(kind: str, choice: int | None, leader: int | None) -> StudyTrace:

@@ -5,13 +5,12 @@ among trials measured within them, violations booked per half of a study, and a 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from autotune._slo import RequestLimits
+from autotune.cli import main
 from autotune.searchbench import Oracle, StudyTrace, TrialTrace, score_study, summarise
 from autotune.searchbench._benchmark import prepare
 from autotune.searchbench._optimum import find_optimum, grid
@@ -19,8 +18,6 @@ from autotune.space import SearchSpace
 from autotune.study._setup import make_engine
 
 from .conftest import TINY
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _oracle(path: Path) -> tuple[SearchSpace, Oracle]:
@@ -89,20 +86,22 @@ def test_the_incumbent_is_chosen_among_trials_within_the_limits() -> None:
     assert summary.violation_share_first_half == pytest.approx((1.0 + 1.0) / 2)
 
 
-def test_bench_search_prints_what_the_limits_did(tmp_path: Path) -> None:
+def test_bench_search_prints_what_the_limits_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     free, lowest = _free_itl(tmp_path)
     space = _limited(tmp_path, round((free + lowest) / 2, 4))
     out = tmp_path / "out"
-    run = subprocess.run(
-        [sys.executable, "-m", "autotune", "bench", "search", "--space", str(space),
-         "--samplers", "default", "--seeds", "2", "--budget", "8", "--out", str(out)],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
+    code = main(
+        ["bench", "search", "--space", str(space), "--samplers", "default", "--seeds", "2",
+         "--budget", "8", "--out", str(out)]
     )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    assert "constraints: itl_p99_ms <=" in run.stdout
-    assert "(the limit binds)" in run.stdout
-    assert "best meets at noise 0" in run.stdout
-    assert "default: the confirmed choice meets the limits at noise 0 in" in run.stdout
+    run = capsys.readouterr()
+    assert code == 0, run.err
+    assert "constraints: itl_p99_ms <=" in run.out
+    assert "(the limit binds)" in run.out
+    assert "best meets at noise 0" in run.out
+    assert "default: the confirmed choice meets the limits at noise 0 in" in run.out
     data = json.loads(next(out.glob("*.json")).read_text())
     default = data["strategies"]["default"]
     assert 0 <= default["final_feasible"] <= 2

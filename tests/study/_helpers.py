@@ -102,15 +102,23 @@ def run_cli(
     cwd: Path = REPO,
     timeout: float = 600.0,
     env: Mapping[str, str] | None = None,
+    own_process: bool = False,
 ) -> CliRun:
     """Run ``autotune ARGS`` and wait for it.
 
-    Past ``timeout`` the command gets SIGINT (so that it stops its server the way Ctrl-C does),
-    then SIGKILL; the test then fails with what it printed.
+    By default the command runs in this process through :func:`autotune.cli.main`, the entry
+    point that ``python -m autotune`` calls, with its output, working directory and environment
+    its own for the call: the behaviour under test is the command's, and a fresh interpreter
+    per call only added its start-up. ``own_process`` runs the installed command as a process of
+    its own, for the facts that only a process has (its exit on a signal, its process group, a
+    wall-clock limit): past ``timeout`` it gets SIGINT (so that it stops its server the way
+    Ctrl-C does), then SIGKILL; the test then fails with what it printed.
     """
     environ = dict(os.environ)
     environ["AUTOTUNE_NO_PROGRESS"] = "1"
     environ.update(env or {})
+    if not own_process:
+        return run_in_process(args, cwd, environ)
     started = time.monotonic()
     proc = subprocess.Popen(
         [*autotune_argv(), *args],
@@ -133,6 +141,52 @@ def run_cli(
             f"autotune {' '.join(args)} ran past {timeout:.0f} s\n{stdout}\n{stderr}"
         ) from None
     return CliRun(tuple(args), proc.returncode, stdout, stderr, time.monotonic() - started)
+
+
+def run_in_process(args: Sequence[str], cwd: Path, environ: Mapping[str, str]) -> CliRun:
+    """``autotune ARGS`` through :func:`autotune.cli.main` in this process.
+
+    The environment and working directory are the command's for the call and restored after;
+    what it writes to stdout and stderr is captured. Logging is as in a process of its own: the
+    root logger without pytest's handlers, so that a warning logged where autotune has no
+    handler of its own reaches stderr through logging's last resort, as it does for a user. An
+    exception that escapes ``main`` (a bug) becomes exit code 1 with its traceback on stderr, as
+    the interpreter reports it.
+    """
+    import contextlib
+    import gc
+    import io
+    import logging
+    import traceback
+
+    from autotune.cli import main
+
+    saved_env = dict(os.environ)
+    saved_cwd = Path.cwd()
+    root = logging.getLogger()
+    ours = logging.getLogger("autotune")
+    saved_handlers, saved_level = list(root.handlers), ours.level
+    out, err = io.StringIO(), io.StringIO()
+    started = time.monotonic()
+    try:
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        root.handlers = []
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except Exception:  # a bug: reported the way the interpreter reports it
+                traceback.print_exc()
+                code = 1
+    finally:
+        gc.collect()  # what the command left open (its storage's connections) closes, as at exit
+        root.handlers = saved_handlers
+        ours.setLevel(saved_level)
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return CliRun(tuple(args), code, out.getvalue(), err.getvalue(), time.monotonic() - started)
 
 
 def small_space(

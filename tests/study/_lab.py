@@ -1,6 +1,7 @@
-"""The study suite's bench: small space files, the CLI as a real subprocess, the trials read back
-from the study's storage, and two checks every test gets (through the ``lab`` fixture of
-conftest.py): no finished trial is lost, and no server process outlives its trial.
+"""The study suite's bench: small space files, the CLI (in this process, or as a real subprocess
+where a test needs one), the trials read back from the study's storage, and two checks every
+test gets (through the ``lab`` fixture of conftest.py): no finished trial is lost, and no server
+process outlives its trial.
 
 Every process a test starts carries ``AUTOTUNE_TEST_MARK`` (a value unique to the test) in its
 environment, and every server a tuner launches inherits it next to ``AUTOTUNE_SERVER_TOKEN``: the
@@ -26,6 +27,8 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+
+from ._helpers import run_in_process
 
 MARK_ENV = "AUTOTUNE_TEST_MARK"
 TOKEN_ENV = "AUTOTUNE_SERVER_TOKEN"
@@ -212,8 +215,20 @@ class StudyLab:
         timeout: float = 180.0,
         servers_gone: bool = True,
         wrap: Sequence[str] = (),
+        own_process: bool = False,
     ) -> Run:
-        """Run ``autotune ARGS`` to its end; afterwards none of this test's servers may run."""
+        """Run ``autotune ARGS`` to its end; afterwards none of this test's servers may run.
+
+        The command runs in this process (:func:`autotune.cli.main`, in the test's folder and
+        environment, so its servers carry the test's mark) unless ``own_process`` or ``wrap``
+        (a command around it) asks for a process of its own, started as from a terminal.
+        """
+        if not (own_process or wrap):
+            done_here = run_in_process(args, self.root, self.env)
+            run = Run(tuple(args), done_here.returncode, done_here.stdout, done_here.stderr)
+            if servers_gone:
+                self.check_no_servers(f"after `autotune {' '.join(args[:2])}` exited")
+            return run
         argv = [*wrap, sys.executable, "-m", "autotune", *args]
         try:
             done = subprocess.run(

@@ -19,12 +19,7 @@ from autotune.study._sampler import load_focus
 from autotune.study._view import StudyView
 
 from ._helpers import StudyRun, artifact_files, finished_trials
-from ._loads import MIX, MIX_TRIALS, run_mix_study
-
-
-@pytest.fixture(scope="module")
-def mix_study(tmp_path_factory: pytest.TempPathFactory) -> StudyRun:
-    return run_mix_study(tmp_path_factory.mktemp("mix-study"))
+from ._loads import MIX, MIX_TRIALS
 
 
 def test_every_trial_records_each_load_and_the_weighted_objective(mix_study: StudyRun) -> None:

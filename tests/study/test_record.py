@@ -11,7 +11,14 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.crashes import CRASH_CATEGORIES
-from autotune.study import CRASH_OUTCOMES, Outcome, TrialRecord
+from autotune.study import (
+    CRASH_OUTCOMES,
+    Outcome,
+    TrialRecord,
+    best_feasible_trial,
+    feasible_trials,
+    within_limits,
+)
 from autotune.study._record import outcome_of
 
 
@@ -136,3 +143,53 @@ def test_the_progress_line_reads_the_typed_fields() -> None:
     assert line == "trial 5 [search] ok: 123.4 output_tok_s x1.23  speculative_num_steps=3"
     crashed = TrialRecord(outcome=Outcome.PORT_IN_USE, role="search", startup_s=2.0)
     assert crashed.line(6, "output_tok_s") == "trial 6 [search] port_in_use after 2.0 s  "
+
+
+def _trial(
+    number: int,
+    value: float | None,
+    outcome: str | None = "ok",
+    constraints: tuple[float, ...] | None = None,
+    state: TrialState = TrialState.COMPLETE,
+) -> optuna.trial.FrozenTrial:
+    from autotune.study._optuna import constraint_system_attrs
+
+    trial = optuna.trial.create_trial(
+        state=state,
+        value=value if state == TrialState.COMPLETE else None,
+        user_attrs={} if outcome is None else {"outcome": outcome},
+        system_attrs=constraint_system_attrs(constraints) if constraints is not None else {},
+    )
+    trial.number = number
+    return trial
+
+
+def test_best_feasible_trial_is_the_best_measured_within_the_limits() -> None:
+    trials = [
+        _trial(0, 10.0),
+        _trial(1, 30.0, constraints=(-1.0, 0.5)),  # over a limit: never the best
+        _trial(2, 20.0, constraints=(-1.0, 0.0)),  # on the limit: within
+        _trial(3, None, outcome="oom_kv_pool", state=TrialState.PRUNED),
+        _trial(4, 20.0),  # as good as trial 2, later
+        _trial(5, 25.0, outcome=None),  # recorded by Optuna itself, no outcome: measured
+    ]
+    assert [t.number for t in feasible_trials(trials)] == [0, 2, 4, 5]
+    assert not within_limits(trials[1]) and within_limits(trials[2]) and within_limits(trials[0])
+    best = best_feasible_trial(trials, maximize=True)
+    assert best is not None and best.number == 5
+    worst_first = best_feasible_trial(trials[:5], maximize=False)
+    assert worst_first is not None and worst_first.number == 0
+    tied = best_feasible_trial(trials[:5], maximize=True)
+    assert tied is not None and tied.number == 2  # the first of equal values
+    assert best_feasible_trial(trials[1:2], maximize=True) is None
+
+
+def test_computed_constraints_decide_over_recorded_ones() -> None:
+    trials = [_trial(0, 10.0, constraints=(1.0,)), _trial(1, 5.0)]
+
+    def limits(t: optuna.trial.FrozenTrial) -> list[float]:
+        return [1.0 if t.number == 1 else -1.0]
+
+    assert [t.number for t in feasible_trials(trials, limits)] == [0]
+    best = best_feasible_trial(trials, maximize=True, constraints=limits)
+    assert best is not None and best.number == 0

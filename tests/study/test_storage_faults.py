@@ -17,7 +17,8 @@ from .test_faults import _private_tmpfs
 
 def _finished_study(lab: StudyLab, name: str) -> Path:
     space = lab.space(name, baseline=False, configs=CONFIGS[:2])
-    run = lab.cli("study", "start", "--space", str(space), "--n-trials", "2")
+    # a process of its own: the database is then closed as a finished tuner leaves it
+    run = lab.cli("study", "start", "--space", str(space), "--n-trials", "2", own_process=True)
     assert run.rc == 0, run.show()
     db = lab.studies / f"{name}.db"
     with sqlite3.connect(db) as conn:  # everything into the main file, no -wal left beside it

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from study._helpers import run_in_process
 
 from autotune.cli._twin_study import run_oracle_study
 from autotune.searchbench._oracle import Oracle
@@ -29,14 +30,10 @@ READY = "The server is fired up and ready to roll!"
 
 
 def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autotune", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "AUTOTUNE_NO_PROGRESS": "1"},
-    )
+    """``autotune ARGS`` in ``cwd``, run in this process (the command's behaviour; the
+    simulated server it exports for is started as a process of its own below)."""
+    done = run_in_process(args, cwd, {**os.environ, "AUTOTUNE_NO_PROGRESS": "1"})
+    return subprocess.CompletedProcess(list(args), done.returncode, done.stdout, done.stderr)
 
 
 @pytest.fixture(scope="module")

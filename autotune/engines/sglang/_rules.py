@@ -322,6 +322,8 @@ class SGLangRules(Engine):
     simulated server speaks all of them as SGLang does)."""
 
     family = "SGLang"
+    #: The twin models SGLang's server (the real one and the simulated one alike).
+    twin_models = True
 
     @classmethod
     def owned_flag(cls, arg: str) -> tuple[str, str] | None:

@@ -20,6 +20,11 @@ class ProfileFacts:
     #: A simulated server's figures come from the profile, not from the files at model_path.
     runs_checkpoint: ClassVar[bool] = False
 
+    @classmethod
+    def facts_profile(cls, spec: EngineSpec) -> str | None:
+        """``engine.sim.profile``: the simulated box's facts are the profile's."""
+        return spec.sim.profile
+
     def hardware(self) -> Hardware:
         """The simulated GPUs, from the profile (unknown fields when it has none)."""
         profile = self._profile()
