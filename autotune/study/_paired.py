@@ -96,9 +96,9 @@ class Paired:
     def to_baseline(self, arm: str, level: float, load: str | None = None) -> Interval | None:
         if not self.pool:
             return self.versus(arm, self.baseline, level, load)
-        return ratio_interval(self.pairs(arm, self.baseline, load), level, self._pooled(load))
+        return ratio_interval(self.pairs(arm, self.baseline, load), level, self.pooled(load))
 
-    def _pooled(self, load: str | None) -> tuple[float, int] | None:
+    def pooled(self, load: str | None = None) -> tuple[float, int] | None:
         """The spread of every arm's ratio to the baseline, pooled (at ``load``)."""
         arms = {a for values in self._by.get(load, {}).values() for a in values}
         arms.discard(self.baseline)
