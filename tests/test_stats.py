@@ -7,7 +7,13 @@ import random
 
 import pytest
 
-from autotune._stats import mean_interval, ratio_interval, rounds_to_decide
+from autotune._stats import (
+    mean_interval,
+    pooled_log_spread,
+    ratio_interval,
+    rounds_to_decide,
+    sequential_level,
+)
 
 
 def test_the_ratio_is_the_geometric_mean_and_the_interval_students_t() -> None:
@@ -104,3 +110,78 @@ def test_a_ratio_near_one_is_decided_once_it_lies_within_the_margin() -> None:
     assert low >= 0.99 and high <= 1.01
     _, low, high = ratio_interval(_pairs(need - 1, 0.001, 0.02), 0.95) or (0, 0, 0)
     assert low < 0.99 or high > 1.01
+
+
+def _false_pays(
+    level: float, *, candidates: int, runs: int = 1500, seed: int = 0, pool: bool = False
+) -> float:
+    """Share of simulated confirmations with no true gain (every candidate as fast as the
+    baseline, 2% noise a start) that end in "pays": rounds 3 to 10, stopping at the first
+    round whose leader's interval lies wholly above or wholly below 1; ``pool``: each interval
+    with the spread pooled over the candidates."""
+    rng = random.Random(seed)
+    pays = 0
+    for _ in range(runs):
+        pairs: list[list[tuple[float, float]]] = [[] for _ in range(candidates)]
+        for n in range(1, 11):
+            base = math.exp(rng.gauss(0.0, 0.02))
+            for mine in pairs:
+                mine.append((math.exp(rng.gauss(0.0, 0.02)), base))
+            if n < 3:
+                continue
+            spread = pooled_log_spread(pairs) if pool else None
+            leader = max((ratio_interval(p, level, spread) or (1.0, 0.0, 2.0)) for p in pairs)
+            if leader[1] > 1.0:
+                pays += 1
+                break
+            if leader[2] < 1.0:
+                break
+    return pays / runs
+
+
+@pytest.mark.parametrize("candidates", [1, 3])
+def test_looked_at_every_round_the_sequential_level_keeps_false_pays_within_its_confidence(
+    candidates: int,
+) -> None:
+    looks = 10 - 3 + 1
+    honest = _false_pays(sequential_level(0.95, candidates, looks), candidates=candidates)
+    naive = _false_pays(sequential_level(0.95, candidates, 1), candidates=candidates)
+    assert honest <= 0.05
+    # the same intervals taken as if at one look fixed in advance say "pays" too often
+    assert naive > 0.05
+
+
+def test_the_sequential_level_narrows_with_comparisons_and_looks() -> None:
+    assert sequential_level(0.95, 1, 1) == pytest.approx(0.95)
+    assert sequential_level(0.95, 4, 8) == pytest.approx(1 - 0.05 / 32)
+    assert sequential_level(0.95, 0, 0) == pytest.approx(0.95)
+
+
+def test_pooled_over_the_candidates_the_sequential_level_still_keeps_false_pays_within() -> None:
+    looks = 10 - 3 + 1
+    level = sequential_level(0.95, 3, looks)
+    assert _false_pays(level, candidates=3, pool=True, seed=1) <= 0.05
+    # taken at one look fixed in advance, the pooled intervals say "pays" too often too
+    assert _false_pays(sequential_level(0.95, 3, 1), candidates=3, pool=True, seed=1) > 0.05
+
+
+def test_the_pooled_spread_narrows_an_interval_and_a_noisier_arm_keeps_its_own() -> None:
+    rng = random.Random(3)
+    quiet = [[(1.04 * rng.gauss(1.0, 0.02), 1.0) for _ in range(4)] for _ in range(3)]
+    pooled = pooled_log_spread(quiet)
+    assert pooled is not None and pooled[1] == 3 * 3
+    own = ratio_interval(quiet[0], 0.99) or (0.0, 0.0, 0.0)
+    shared = ratio_interval(quiet[0], 0.99, pooled) or (0.0, 0.0, 0.0)
+    assert shared[0] == pytest.approx(own[0])
+    assert shared[2] - shared[1] < own[2] - own[1]
+    # an arm four times as noisy as the pool is not narrowed below its own spread's width
+    noisy = [(1.04 * rng.gauss(1.0, 0.08), 1.0) for _ in range(4)]
+    mine = ratio_interval(noisy, 0.99, pooled) or (0.0, 0.0, 0.0)
+    logs = [math.log(a / b) for a, b in noisy]
+    mean = sum(logs) / 4
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 3)
+    from scipy.stats import t
+
+    half = float(t.ppf(0.995, 9)) * sd / 2.0
+    assert (mine[1], mine[2]) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+    assert pooled_log_spread([[(1.0, 1.0)]]) is None

@@ -9,6 +9,17 @@ are compared on what they would have seen; the optimum is the noise-free value. 
 measurement scales every figure alike: a run that reads 2% fast reads throughputs 2% higher and
 latencies 2% lower, as a lucky run does.
 
+The noise model: the error is between starts. Each trial and each confirmation run is one start
+of the server and one measurement, with an error of its own drawn independently of every other
+start. Nothing here draws several measurements of one start, on purpose: a real SGLang recorded
+on an H100 (one server kept up, five benchmark runs in a row, NGRAM speculation) read an
+acceptance length climbing from 3.48 to 4.78 and a throughput from 2,700 to 7,299 tok/s, and the
+first run after a restart was slow again. The first run of a start is a warm-up and the runs of
+one start are not independent, so repeats on one server are not further starts: they would
+shrink an interval without measuring the start-to-start spread the choice is judged against.
+The figures of the search benchmark rest on this assumption (one independent error per start,
+the start's first run its measurement).
+
 The answer carries every figure a trial records (:data:`~autotune.study._record.METRIC_ATTRS`):
 the throughputs, acceptance, TTFT, ITL, TPOT and E2E (mean, median, p90, p99), and goodput
 counted from the model's per-request figures against the space's ``objective.slo``, so that the

@@ -13,7 +13,7 @@ chosen), or the rounds run out. See :mod:`autotune.study._confirm`.
       candidates: 3      # the best measured configurations taken (distinct ones)
       min_rounds: 3      # rounds before anything is decided
       max_rounds: 10     # the budget: at most this many starts of each configuration
-      confidence: 0.95   # family-wise, over the candidates' comparisons with the baseline
+      confidence: 0.95   # family-wise, over the candidates and the rounds it may stop at
       margin: 0.01       # ratios closer than this count as equal
 
 ``confirm: false`` turns it off (``autotune study confirm`` still runs it on demand).

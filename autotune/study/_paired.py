@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autotune._stats import ratio_interval
+from autotune._stats import pooled_log_spread, ratio_interval
 
 #: The level at which a candidate behind the leader stops being measured. Lower than the
 #: verdict's: dropping a candidate that is truly as good as the leader costs little (the two
@@ -52,7 +52,10 @@ class Paired:
 
     ``runs``: ``(round, arm, value, loads)`` of every run that gave a figure (``loads``: the
     run's figure at each load point, by label); ``baseline``: the arm every ratio is taken
-    against; ``maximize``: the objective's direction (a ratio above 1 always means better).
+    against; ``maximize``: the objective's direction (a ratio above 1 always means better);
+    ``pool``: each arm's interval against the baseline takes the spread pooled over every
+    arm's pairs with the baseline (:func:`~autotune._stats.pooled_log_spread`: the noise of a
+    start is the same whatever configuration is started), or its own where that is wider.
     """
 
     def __init__(
@@ -61,9 +64,11 @@ class Paired:
         *,
         baseline: str,
         maximize: bool,
+        pool: bool = False,
     ) -> None:
         self.baseline = baseline
         self.maximize = maximize
+        self.pool = pool
         self._by: dict[str | None, dict[int, dict[str, float]]] = {}
         for r, arm, value, loads in runs:
             if value is None:
@@ -89,7 +94,15 @@ class Paired:
         return ratio_interval(self.pairs(a, b, load), level)
 
     def to_baseline(self, arm: str, level: float, load: str | None = None) -> Interval | None:
-        return self.versus(arm, self.baseline, level, load)
+        if not self.pool:
+            return self.versus(arm, self.baseline, level, load)
+        return ratio_interval(self.pairs(arm, self.baseline, load), level, self.pooled(load))
+
+    def pooled(self, load: str | None = None) -> tuple[float, int] | None:
+        """The spread of every arm's ratio to the baseline, pooled (at ``load``)."""
+        arms = {a for values in self._by.get(load, {}).values() for a in values}
+        arms.discard(self.baseline)
+        return pooled_log_spread([self.pairs(a, self.baseline, load) for a in sorted(arms)])
 
     def contest(
         self, arms: Sequence[str], level: float, margin: float, load: str | None = None

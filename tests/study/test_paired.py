@@ -74,3 +74,17 @@ def test_an_arm_without_two_paired_rounds_at_a_load_point_is_not_judged_there() 
             for r in range(3) for arm in ("baseline", "a", "b")]  # fmt: skip
     contest = Paired(runs, baseline="baseline", maximize=True).contest(["a", "b"], 0.9, 0.01, "c1")
     assert contest.standing == ("a",) and contest.leader == "a" and contest.apart
+
+
+def test_pooled_the_intervals_to_the_baseline_narrow_and_keep_their_ratios() -> None:
+    runs = _runs(4, 0.02, seed=5)
+    alone = Paired(runs, baseline="baseline", maximize=True)
+    pooled = Paired(runs, baseline="baseline", maximize=True, pool=True)
+    for arm in ("a", "b", "c"):
+        own = alone.to_baseline(arm, 0.99)
+        shared = pooled.to_baseline(arm, 0.99)
+        assert own is not None and shared is not None
+        assert shared[0] == pytest.approx(own[0])
+    widths = [(i[2] - i[1]) for a in "abc" if (i := pooled.to_baseline(a, 0.99)) is not None]
+    lone = [(i[2] - i[1]) for a in "abc" if (i := alone.to_baseline(a, 0.99)) is not None]
+    assert sum(widths) < sum(lone)
