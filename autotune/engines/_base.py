@@ -169,6 +169,11 @@ class Engine(abc.ABC):
         """Why ``config`` is known to crash on ``hardware`` though its arguments are accepted."""
         return None
 
+    def server_defaults(self, hardware: Hardware, tp: int) -> Mapping[str, int]:
+        """The value the engine picks by itself for each knob a launch leaves unset on
+        ``hardware`` at tensor parallelism ``tp`` (knob -> value; a knob not named: not known)."""
+        return {}
+
     def workload_note(self, config: ServerConfig, workload: WorkloadSpec) -> str | None:
         """What the engine does by itself with ``config`` that ``workload`` runs into and the
         user should be told of (a cap it sets on running requests); else ``None``."""

@@ -41,7 +41,8 @@ import numpy as np
 
 from autotune._knobs import ServerConfig
 from autotune.sim._memory import graph_tokens_per_bs
-from autotune.twin._prior import Layout, _sglang_defaults
+from autotune.twin._gpus import sglang_defaults
+from autotune.twin._prior import Layout
 from autotune.twin._proxy import (
     ACCEPTANCE_NAMES,
     LoadShape,
@@ -436,7 +437,7 @@ def auto_base_of(layout: Layout, config: ServerConfig, fraction: float) -> float
     """The automatic rule's base reserve (MiB) that gave ``fraction``; None where SGLang's
     10 GiB floor decided it instead (the fraction then tells nothing of the base)."""
     total_mib = layout.facts.gpu_memory_gib * 1024
-    max_bs_default, chunk_default = _sglang_defaults(layout.facts.gpu_memory_gib, layout.tp)
+    max_bs_default, chunk_default = sglang_defaults(layout.facts.gpu_memory_gib, layout.tp)
     chunk = config.chunked_prefill_size or chunk_default
     max_bs = config.cuda_graph_max_bs or max_bs_default
     others = max(chunk, 2048) * 1.5 + max_bs * 2 + config.tp_size / 8 * 1024

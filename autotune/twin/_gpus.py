@@ -3,16 +3,20 @@
 The GPU table gives each known GPU's datasheet figures (HBM or GDDR bandwidth, dense tensor
 throughput at BF16, FP8 and FP4, memory, compute capability); the interconnect gives the
 all-reduce protocols of every mode, with the costs the shipped profiles model for NVLink and for
-PCIe, and which modes SGLang cannot run on the GPU's architecture. The twin's prior starts from
+PCIe; which modes SGLang cannot run on the GPU's architecture and SGLang's own defaults are
+asked of its engine adapter, which owns them. The twin's prior starts from
 these and fits the achieved efficiencies and costs to the study's trials.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from autotune._errors import ConfigError
+from autotune._knobs import ServerConfig
+from autotune.engines import Engine, EngineSpec, Hardware, engine_class
 
 
 @dataclass(frozen=True)
@@ -138,15 +142,41 @@ PCIE_FALLBACKS: Mapping[str, str] = {
 }
 
 
-def mode_failure(mode: str, capability: tuple[int, int]) -> tuple[str | None, str | None]:
-    """``(failure, failure_with_graphs)`` of an all-reduce mode on a GPU of ``capability``:
-    torch symmetric memory and FlashInfer's fusion support SM90 and SM100 only (SGLang's
-    architecture tables), NCCL's Tree algorithm cannot be captured in CUDA graphs."""
-    supported = capability in ((9, 0), (10, 0))
-    if mode == "torch_symm_mem" and not supported:
-        return "torch_symm_mem_arch", None
-    if mode == "flashinfer_fusion" and not supported:
-        return "flashinfer_jit_arch", None
-    if mode == "nccl_tree":
-        return None, "nccl_tree_graph"
+#: The simulator's name of the start-up failure of each all-reduce mode the engine refuses on an
+#: architecture (a mode not named here: the first one's, a failure at initialisation) ...
+_ARCH_FAILURES: Mapping[str, str] = {
+    "torch_symm_mem": "torch_symm_mem_arch",
+    "flashinfer_fusion": "flashinfer_jit_arch",
+}
+#: ... and of a mode the engine refuses under CUDA-graph capture only.
+_GRAPH_FAILURE = "nccl_tree_graph"
+
+
+@lru_cache(maxsize=1)
+def _sglang() -> Engine:
+    """SGLang's adapter, the owner of its rules and defaults (built once: it holds no state the
+    twin's questions change)."""
+    return engine_class("sglang")(EngineSpec(kind="sglang", check_paths=False))
+
+
+def mode_failure(mode: str, capability: tuple[int, int], tp: int) -> tuple[str | None, str | None]:
+    """``(failure, failure_with_graphs)`` of all-reduce ``mode`` at ``tp`` ranks on a GPU of
+    ``capability``, as SGLang's adapter judges it (:meth:`Engine.incompatibility`): a mode it
+    refuses with graphs off fails at start-up; one it refuses only with graphs on fails at
+    capture. The names are the simulator's (``autotune.sim``'s profile failures)."""
+    engine = _sglang()
+    hardware = Hardware(compute_capability=capability)
+    eager = ServerConfig(allreduce=mode, tp_size=tp, disable_cuda_graph=True)
+    if engine.incompatibility(eager, hardware) is not None:
+        return _ARCH_FAILURES.get(mode, "torch_symm_mem_arch"), None
+    if engine.incompatibility(replace(eager, disable_cuda_graph=False), hardware) is not None:
+        return None, _GRAPH_FAILURE
     return None, None
+
+
+@lru_cache(maxsize=64)
+def sglang_defaults(memory_gib: float, tp: int) -> tuple[int, int]:
+    """SGLang's default decode-graph batch cap and prefill chunk for a GPU of ``memory_gib`` at
+    ``tp``, as its adapter gives them (:meth:`Engine.server_defaults`)."""
+    chosen = _sglang().server_defaults(Hardware(memory_gib=memory_gib), tp)
+    return chosen["cuda_graph_max_bs"], chosen["chunked_prefill_size"]

@@ -36,6 +36,7 @@ from autotune.twin._gpus import (
     PCIE_FALLBACKS,
     gpu_spec,
     mode_failure,
+    sglang_defaults,
 )
 
 _GIB = 1024**3
@@ -220,7 +221,7 @@ class Layout:
                     temperature_penalty=0.15,
                 ),
             )
-        max_bs, chunk = _sglang_defaults(f.gpu_memory_gib, self.tp)
+        max_bs, chunk = sglang_defaults(f.gpu_memory_gib, self.tp)
         runtime = Runtime(
             step_overhead_ms=v["step_overhead_ms"],
             eager_overhead_ms=v["eager_overhead_ms"],
@@ -278,7 +279,7 @@ def build_layout(facts: BoxFacts, tp: int, workloads: Sequence[WorkloadSpec]) ->
     fallbacks = {}
     if link == "pcie":
         fallbacks = {m: ("nccl", why) for m, why in PCIE_FALLBACKS.items()}
-    failures = {m: mode_failure(m, cc) for m in protocols}
+    failures = {m: mode_failure(m, cc, max(1, tp)) for m in protocols}
     weights = _weights_gib(facts)
     tp = max(1, tp)
     scale = facts.hidden / 4096
@@ -548,13 +549,3 @@ def _dense_gib(f: BoxFacts) -> float:
         return max(0.01 * weights, weights - f.routed_experts * f.expert_gib * f.moe_layers)
     embedding = f.vocab_size * f.hidden * bytes_per / _GIB
     return max(0.5 * weights, weights - embedding)
-
-
-def _sglang_defaults(memory_gib: float, tp: int) -> tuple[int, int]:
-    """SGLang's default decode-graph batch and prefill chunk by GPU memory and tp
-    (server_args.py: below 35 GB 16 and 2,048; 60-90 GB 256 at tp < 4 else 512, chunk 8,192)."""
-    if memory_gib < 35:
-        return 16, 2048
-    if memory_gib < 60:
-        return 256 if tp < 4 else 512, 4096
-    return 256 if tp < 4 else 512, 8192

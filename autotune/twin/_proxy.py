@@ -24,8 +24,8 @@ from autotune._workload import WorkloadSpec
 from autotune.sim._acceptance import AcceptanceModel
 from autotune.sim._memory import graph_tokens_per_bs
 from autotune.sim._profile import Acceptance
-from autotune.twin._gpus import gpu_spec
-from autotune.twin._prior import Layout, _dense_gib, _sglang_defaults, _weights_gib
+from autotune.twin._gpus import gpu_spec, sglang_defaults
+from autotune.twin._prior import Layout, _dense_gib, _weights_gib
 
 _GIB = 1024**3
 _GFLOP_PER_BF16_GIB = 2.0 * _GIB / 2 / 1e9
@@ -69,7 +69,7 @@ def max_running_of(layout: Layout, config: ServerConfig) -> int:
 def max_bs_of(layout: Layout, config: ServerConfig) -> int:
     if config.cuda_graph_max_bs is not None:
         return config.cuda_graph_max_bs
-    default = _sglang_defaults(layout.facts.gpu_memory_gib, layout.tp)[0]
+    default = sglang_defaults(layout.facts.gpu_memory_gib, layout.tp)[0]
     if config.speculative and config.max_running_requests is None:
         return min(default, 48)
     return default
@@ -246,7 +246,7 @@ class Proxy:
     def auto_fraction(self, v: Arrays, config: ServerConfig) -> np.ndarray:
         """SGLang's automatic fraction (:func:`autotune.sim._memory.auto_fraction`)."""
         total_mib = self.layout.facts.gpu_memory_gib * 1024
-        max_bs_default, chunk_default = _sglang_defaults(self.layout.facts.gpu_memory_gib, self.tp)
+        max_bs_default, chunk_default = sglang_defaults(self.layout.facts.gpu_memory_gib, self.tp)
         chunk = config.chunked_prefill_size or chunk_default
         max_bs = config.cuda_graph_max_bs or max_bs_default
         reserved = (

@@ -298,6 +298,18 @@ def incompatibility(config: ServerConfig, hardware: Hardware) -> Infeasible | No
     return None
 
 
+def server_defaults(memory_gib: float, tp: int) -> dict[str, int]:
+    """The decode CUDA-graph batch cap and prefill chunk SGLang picks when neither is given, by
+    GPU memory (GiB) and tensor parallelism (``server_args.py``): below 35 GB 16 and 2,048;
+    below 60 GB 256 (512 at tp >= 4) and 4,096; above, 256 (512 at tp >= 4) and 8,192."""
+    if memory_gib < 35:
+        max_bs, chunk = 16, 2048
+    else:
+        max_bs = 256 if tp < 4 else 512
+        chunk = 4096 if memory_gib < 60 else 8192
+    return {"cuda_graph_max_bs": max_bs, "chunked_prefill_size": chunk}
+
+
 def max_running_requests_for(config: ServerConfig, workload: WorkloadSpec | None) -> int | None:
     """The ``--max-running-requests`` to pass: the knob, else what the workload needs.
 
@@ -348,6 +360,12 @@ class SGLangRules(Engine):
 
     def incompatibility(self, config: ServerConfig, hardware: Hardware) -> Infeasible | None:
         return incompatibility(config, hardware)
+
+    def server_defaults(self, hardware: Hardware, tp: int) -> Mapping[str, int]:
+        """SGLang's graph batch cap and prefill chunk for ``hardware``'s memory at ``tp``."""
+        if hardware.memory_gib is None:
+            return {}
+        return server_defaults(hardware.memory_gib, tp)
 
     def multimodal_pool_gib(self) -> float:
         """GiB the server's multimodal feature pool takes from the KV pool on each start: the

@@ -356,3 +356,27 @@ def test_adaptive_chains_and_spec_v2_chains_run_as_given() -> None:
     )
     assert own.check_rules(four) is None
     assert SGLangEngine(EngineSpec(kind="sglang")).check_rules(four) is not None
+
+
+@pytest.mark.parametrize(
+    ("memory_gib", "tp", "max_bs", "chunk"),
+    [
+        (23.99, 1, 16, 2048),
+        (44.52, 1, 256, 4096),
+        (44.52, 4, 512, 4096),
+        (79.65, 2, 256, 8192),
+        (140.4, 8, 512, 8192),
+    ],
+)
+def test_sglangs_own_graph_batch_and_chunk_follow_gpu_memory_and_ranks(
+    memory_gib: float, tp: int, max_bs: int, chunk: int
+) -> None:
+    for kind in ("sglang", "sim"):
+        engine = create_engine(EngineSpec(kind=kind, check_paths=False))
+        chosen = engine.server_defaults(Hardware(memory_gib=memory_gib), tp)
+        assert chosen == {"cuda_graph_max_bs": max_bs, "chunked_prefill_size": chunk}
+
+
+def test_defaults_are_unknown_without_the_gpus_memory() -> None:
+    engine = create_engine(EngineSpec(kind="sglang", check_paths=False))
+    assert engine.server_defaults(Hardware(), 1) == {}
