@@ -48,12 +48,14 @@ def classify(
             metavar="N",
             help="The server process's exit status, where known (negative: killed by signal -N,"
             " as Python reports it). A log of a process that exited with nothing deciding reads"
-            " as unknown_crash, not starting.",
+            " as unknown_crash, not starting; without it, a log that shows no start-up step"
+            " reads as undecided.",
         ),
     ] = None,
 ) -> None:
-    """Name the crash category of a server log (or ready / running / starting), the line that
-    shows it, and what to change.
+    """Name the crash category of a server log (or ready / running / starting, or undecided
+    where the text shows no start-up step and no crash), the line that shows it, and what to
+    change.
 
     Exit status: 0 when the log shows no crash, 1 when it shows one (also with --json), 2 when
     the file cannot be read.

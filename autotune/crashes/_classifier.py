@@ -32,6 +32,7 @@ from autotune.crashes._ruleset import (
     TAG_INNERMOST,
     TAG_LOADING,
     TAG_UNFINISHED,
+    UNDECIDED,
     UNKNOWN_CRASH,
     AdviceContext,
     CrashRules,
@@ -47,7 +48,8 @@ _ERROR_WORD = re.compile(r"\berrors?\b|\bfail", re.I)
 class Classification:
     """The verdict on a log.
 
-    ``category`` is one of :data:`CRASH_CATEGORIES` or :data:`HEALTHY_CATEGORIES`;
+    ``category`` is one of :data:`CRASH_CATEGORIES`, :data:`HEALTHY_CATEGORIES` or
+    :data:`UNDECIDED`;
     ``evidence`` the deciding log line without its prefixes (at most 500 characters) and
     ``line_number`` its 1-based position in the log (both ``None`` when nothing decided);
     ``advice`` what to do about it; ``moves`` the knobs the advice moves and which way
@@ -104,9 +106,10 @@ class LiveClassifier:
     (:data:`~autotune.crashes.NOT_A_SETTING`); then the frames of an unfinished traceback (what
     the code was doing when the excerpt ends). An exception no rule names, generic signs of a
     crash, or a process known to have exited with nothing deciding give ``unknown_crash``, whose
-    advice names the last error line and the exit status and no knob. "starting" is the verdict
-    only while the process may still be alive (no exit status known) and no sign of a crash was
-    seen.
+    advice names the last error line and the exit status and no knob. With no sign of a crash
+    and no exit status known, "starting" is the verdict while the process is alive (:attr:`state`,
+    ``finish(alive=True)``) or when the log ends in a known start-up step; a log that shows none
+    is :data:`UNDECIDED` (nothing says it is a starting server's).
     """
 
     def __init__(self, rules: CrashRules) -> None:
@@ -120,6 +123,7 @@ class LiveClassifier:
         self._healthy: _Finding | None = None
         self._settings: dict[str, str] = {}
         self._phase: str | None = None
+        self._step_seen = False
         self._loading = False
         self._capture: str | None = None
         self._tb_open = False
@@ -145,21 +149,23 @@ class LiveClassifier:
                     decided = True
         return self._classification() if decided else None
 
-    def finish(self, exit_code: int | None = None) -> Classification:
-        """The verdict on every line fed so far (call it once the process has exited).
+    def finish(self, exit_code: int | None = None, *, alive: bool = False) -> Classification:
+        """The verdict on every line fed so far.
 
         ``exit_code``: the process's exit status where the caller knows it (negative: killed by
         that signal). A process that exited while nothing in its log decides a crash is
         ``unknown_crash``, never "starting" (a clean exit, 0, after the server was ready or
-        serving keeps that verdict).
+        serving keeps that verdict). ``alive``: the caller knows the process is still running,
+        so a log with nothing decided is "starting"; otherwise such a log is "starting" only
+        when it ends in a known start-up step, and :data:`UNDECIDED` when it shows none.
         """
-        return self._classification(exit_code)
+        return self._classification(exit_code, alive=alive)
 
     @property
     def state(self) -> str:
-        """The category the log shows so far: a crash category, ``ready``, ``running`` or
-        ``starting``."""
-        category, _ = self._verdict()
+        """The category the log shows so far, the process taken as alive: a crash category,
+        ``ready``, ``running`` or ``starting``."""
+        category, _ = self._verdict(alive=True)
         return category
 
     @property
@@ -191,6 +197,8 @@ class LiveClassifier:
             return False
         self._last_line = _Finding("", evidence_text(line), self._line_no)
         if not rules.may_matter(line):
+            # a start-up step need not share a word with the lines that may tell of a crash
+            self._read_progress(line)
             return False
         settings = rules.settings(line)
         if settings:
@@ -258,6 +266,7 @@ class LiveClassifier:
         step = self._rules.progress(line)
         if step is None:
             return False
+        self._step_seen = True
         if step.kind == "ready":
             self._set_healthy("ready", line)
             self._set_phase(step.phase)
@@ -343,7 +352,9 @@ class LiveClassifier:
                 return _Finding(category, found.evidence, found.line_number, tags)
         return None
 
-    def _verdict(self, exit_code: int | None = None) -> tuple[str, _Finding | None]:
+    def _verdict(
+        self, exit_code: int | None = None, *, alive: bool = False
+    ) -> tuple[str, _Finding | None]:
         # 1. a line that names its cause
         cause = self._best_cause()
         if cause is not None:
@@ -365,10 +376,15 @@ class LiveClassifier:
             return self._healthy.category, self._healthy
         if exited:
             return UNKNOWN_CRASH, self._last_error or self._last_line
-        return "starting", None
+        # 5. no crash, no exit: starting only where something says a server is starting
+        if alive or self._step_seen:
+            return "starting", None
+        return UNDECIDED, None
 
-    def _classification(self, exit_code: int | None = None) -> Classification:
-        category, finding = self._verdict(exit_code)
+    def _classification(
+        self, exit_code: int | None = None, *, alive: bool = False
+    ) -> Classification:
+        category, finding = self._verdict(exit_code, alive=alive)
         context = AdviceContext(
             category=category,
             evidence=finding.evidence if finding else None,
@@ -387,24 +403,30 @@ class LiveClassifier:
         )
 
 
-def classify_text(text: str, rules: CrashRules, *, exit_code: int | None = None) -> Classification:
+def classify_text(
+    text: str, rules: CrashRules, *, exit_code: int | None = None, alive: bool = False
+) -> Classification:
     """The verdict of ``rules`` on a whole log given as text (lines end with ``\\n`` or
-    ``\\r\\n``); ``exit_code`` as for :meth:`LiveClassifier.finish`."""
+    ``\\r\\n``); ``exit_code`` and ``alive`` as for :meth:`LiveClassifier.finish`."""
     live = LiveClassifier(rules)
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
     for line in lines:
         live.feed(line)
-    return live.finish(exit_code)
+    return live.finish(exit_code, alive=alive)
 
 
 def classify_file(
-    path: str | os.PathLike[str], rules: CrashRules, *, exit_code: int | None = None
+    path: str | os.PathLike[str],
+    rules: CrashRules,
+    *,
+    exit_code: int | None = None,
+    alive: bool = False,
 ) -> Classification:
     """The verdict of ``rules`` on a log file, read as UTF-8 (undecodable bytes are replaced);
-    ``exit_code``: the server process's exit status where the caller knows it (see
-    :meth:`LiveClassifier.finish`).
+    ``exit_code``: the server process's exit status where the caller knows it, ``alive``: the
+    caller knows the process still runs (see :meth:`LiveClassifier.finish`).
 
     Raises:
         ConfigError: the file does not exist, is a directory, or cannot be read.
@@ -436,7 +458,7 @@ def classify_file(
             raise ConfigError(
                 f"log file cannot be read: {e.strerror or e}", source=source, hint=hint
             ) from e
-    return live.finish(exit_code)
+    return live.finish(exit_code, alive=alive)
 
 
 def _read_lines(handle: BinaryIO) -> Iterator[str]:

@@ -65,8 +65,9 @@ EVIDENCE_KINDS: tuple[str, ...] = ("exception", "raise_frame", "engine_message",
 #: a category from a cut traceback's frames only where ``raise_frame`` is listed (``other_crash``
 #: needs the final error's own words). A category the log does not decide is not given: the
 #: verdict falls to :data:`UNKNOWN_CRASH` when a crash is certain (a traceback, a fatal line, a
-#: process known to be gone) and to "starting" otherwise. ``engine_message``: the engine's memory
-#: and start-up lines (a KV budget at or below zero, CUDA-graph capture under way).
+#: process known to be gone), to "starting" while the process is alive or the log ends in a
+#: known start-up step, and to :data:`UNDECIDED` otherwise. ``engine_message``: the engine's
+#: memory and start-up lines (a KV budget at or below zero, CUDA-graph capture under way).
 DECIDED_BY: Mapping[str, tuple[str, ...]] = {
     "oom_kv_pool": ("exception", "raise_frame", "engine_message"),
     "oom_cuda_graph": ("exception", "raise_frame", "engine_message"),
@@ -123,6 +124,11 @@ ASSERT_ARCH = re.compile(
 Move = tuple[str, str]
 #: The verdicts on a log that shows no crash.
 HEALTHY_CATEGORIES: tuple[str, ...] = ("ready", "running", "starting")
+#: The verdict on a log that shows no start-up step of the engine's, no sign of a crash and no
+#: exit status, read when its process is not known to be alive: nothing says whether a server
+#: is starting, crashed, or wrote it at all (an excerpt too short, another program's output).
+#: Neither a crash nor "starting"; its advice names no knob.
+UNDECIDED = "undecided"
 
 #: Frame tags the classifier itself adds from the start-up phase: the draft model's CUDA graphs
 #: were being captured; weights were being loaded.

@@ -223,7 +223,10 @@ class TrialRunner:
             record.failure_line = startup.failure_line
             if files.server_log is not None and record.outcome is not Outcome.TIMEOUT:
                 record.advice = classify_file(
-                    files.server_log, self.engine.crash_rules(), exit_code=startup.exit_code
+                    files.server_log,
+                    self.engine.crash_rules(),
+                    exit_code=startup.exit_code,
+                    alive=startup.exit_code is None,
                 ).advice
             elif record.outcome is Outcome.TIMEOUT:
                 record.advice = (
@@ -293,10 +296,10 @@ class TrialRunner:
         *,
         timed_out: bool = False,
     ) -> None:
-        proc.poll()
+        code = proc.poll()
         rules = self.engine.crash_rules()
         verdict = (
-            classify_file(files.server_log, rules, exit_code=proc.poll())
+            classify_file(files.server_log, rules, exit_code=code, alive=code is None)
             if files.server_log
             else None
         )

@@ -48,9 +48,9 @@ def raw_lines(path: Path) -> list[str]:
     return lines
 
 
-def classify_text(text: str) -> crashes.Classification:
-    """The verdict of SGLang's rules on ``text``."""
-    return crashes.classify_text(text, RULES)
+def classify_text(text: str, *, alive: bool = False) -> crashes.Classification:
+    """The verdict of SGLang's rules on ``text`` (``alive``: its process known to run)."""
+    return crashes.classify_text(text, RULES, alive=alive)
 
 
 def classify_file(path: Path | str) -> crashes.Classification:
@@ -67,5 +67,12 @@ def reads_as(label: str, got: str) -> bool:
     """The reader's category ``got`` agrees with a thread's ``label``: the same category, or a
     crash the thread blames on no tuned setting (``other_crash``: a bug, an installation) that the
     log does not decide (``unknown_crash``). Neither verdict moves a knob; the reader says
-    ``other_crash`` only where a rule names the cause (:data:`autotune.crashes.NOT_A_SETTING`)."""
-    return got == label or (label == "other_crash" and got == crashes.UNKNOWN_CRASH)
+    ``other_crash`` only where a rule names the cause (:data:`autotune.crashes.NOT_A_SETTING`).
+    Likewise a healthy start-up (``starting``) whose excerpt shows no start-up step of the
+    engine's reads as :data:`~autotune.crashes.UNDECIDED`: neither is a crash, neither moves a
+    knob, and the text alone does not say a server is starting."""
+    return (
+        got == label
+        or (label == "other_crash" and got == crashes.UNKNOWN_CRASH)
+        or (label == "starting" and got == crashes.UNDECIDED)
+    )

@@ -11,6 +11,7 @@ from autotune import ConfigError
 from autotune.crashes import (
     CRASH_CATEGORIES,
     HEALTHY_CATEGORIES,
+    UNDECIDED,
     UNKNOWN_CRASH,
     Classification,
     LiveClassifier,
@@ -286,11 +287,12 @@ def test_a_file_with_one_endless_line(tmp_path: Path) -> None:
     assert (result.category, result.line_number) == ("ready", 1)
 
 
-def test_empty_log_is_starting(tmp_path: Path) -> None:
+def test_empty_log_is_undecided_unless_its_process_runs(tmp_path: Path) -> None:
     log = tmp_path / "empty.log"
     log.write_bytes(b"")
     assert classify_file(log) == classify_text("")
-    assert classify_text("").category == "starting"
+    assert classify_text("").category == UNDECIDED
+    assert classify_text("", alive=True).category == "starting"
 
 
 def test_missing_file_and_directory_raise_config_errors(tmp_path: Path) -> None:

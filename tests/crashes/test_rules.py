@@ -185,9 +185,11 @@ def test_only_graph_capture_functions_are_capture() -> None:
 
 
 def _read(text: str) -> str:
+    """The category of ``text`` as the live start-up watch reads it (the process running): a
+    line that is no crash reads as ``starting``."""
     from autotune.crashes import classify_text
 
-    return classify_text(text, RULES).category
+    return classify_text(text, RULES, alive=True).category
 
 
 def test_a_traceback_cut_inside_distributed_init_reads_as_nccl() -> None:

@@ -376,6 +376,14 @@ def _starting(ctx: AdviceContext) -> str:
     )
 
 
+def _undecided(ctx: AdviceContext) -> str:
+    return (
+        "nothing to judge: the log shows no start-up step of SGLang's, no sign of a crash and no "
+        "exit status (an excerpt too short, or not a server's log); give the whole server log, "
+        "and its process's exit status (logs classify --exit-code) if it has exited"
+    )
+
+
 _HANDLERS = {
     "oom_kv_pool": _kv_pool,
     "oom_cuda_graph": _cuda_graph,
@@ -390,4 +398,5 @@ _HANDLERS = {
     "ready": _ready,
     "running": _running,
     "starting": _starting,
+    "undecided": _undecided,
 }

@@ -35,6 +35,9 @@ _MEM_FRACTION = re.compile(
 )
 #: Start-up steps by the text of their line, and the words for them.
 _STEPS = (
+    # the first lines of every launch: the arguments read, torch.distributed being set up
+    ("server_args=ServerArgs(", "arguments read"),
+    ("Init torch distributed begin", "setting up torch.distributed"),
     ("Load weight begin", "loading weights"),
     ("Load weight end", "weights loaded"),
     ("KV Cache is allocated", "KV cache allocated"),

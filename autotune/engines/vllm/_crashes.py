@@ -34,6 +34,9 @@ _UTILIZATION = re.compile(
     r"|Desired GPU memory utilization is \(([0-9]*\.?[0-9]+)"
 )
 _STEPS = (
+    # the first lines of every launch: the API server, then the engine core process, starting
+    ("vLLM API server version", "API server starting"),
+    ("Waiting for init message from front-end", "engine core starting"),
     ("Starting to load model", "loading weights"),
     ("Loading weights took", "weights loaded"),
     ("Model loading took", "weights loaded"),
@@ -246,6 +249,12 @@ def advise(ctx: AdviceContext) -> str:
         )
     if category in ("ready", "running"):
         return "The server started and served; no crash in this log."
+    if category == "undecided":
+        return (
+            "Nothing to judge: the log shows no start-up step of vLLM's, no sign of a crash and "
+            "no exit status (an excerpt too short, or not a server's log); give the whole server "
+            "log, and its process's exit status (logs classify --exit-code) if it has exited."
+        )
     if category == "unknown_crash":
         found = f"the last error line is {evidence!r}" if evidence else "it shows no error"
         if ctx.exit_code is None:
