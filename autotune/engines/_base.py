@@ -169,9 +169,12 @@ class Engine(abc.ABC):
         """Why ``config`` is known to crash on ``hardware`` though its arguments are accepted."""
         return None
 
-    def server_defaults(self, hardware: Hardware, tp: int) -> Mapping[str, int]:
+    def server_defaults(
+        self, hardware: Hardware, tp: int, *, speculative: bool = False
+    ) -> Mapping[str, int]:
         """The value the engine picks by itself for each knob a launch leaves unset on
-        ``hardware`` at tensor parallelism ``tp`` (knob -> value; a knob not named: not known)."""
+        ``hardware`` at tensor parallelism ``tp``, with speculative decoding on or off (knob ->
+        value; a knob not named: not known)."""
         return {}
 
     def workload_note(self, config: ServerConfig, workload: WorkloadSpec) -> str | None:

@@ -180,3 +180,11 @@ def sglang_defaults(memory_gib: float, tp: int) -> tuple[int, int]:
     ``tp``, as its adapter gives them (:meth:`Engine.server_defaults`)."""
     chosen = _sglang().server_defaults(Hardware(memory_gib=memory_gib), tp)
     return chosen["cuda_graph_max_bs"], chosen["chunked_prefill_size"]
+
+
+@lru_cache(maxsize=1)
+def sglang_speculative_running_cap() -> int:
+    """The running requests SGLang allows under speculative decoding when
+    ``max_running_requests`` is unset, as its adapter gives it."""
+    chosen = _sglang().server_defaults(Hardware(), 1, speculative=True)
+    return chosen["max_running_requests"]

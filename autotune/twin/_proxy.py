@@ -24,7 +24,7 @@ from autotune._workload import WorkloadSpec
 from autotune.sim._acceptance import AcceptanceModel
 from autotune.sim._memory import graph_tokens_per_bs
 from autotune.sim._profile import Acceptance
-from autotune.twin._gpus import gpu_spec, sglang_defaults
+from autotune.twin._gpus import gpu_spec, sglang_defaults, sglang_speculative_running_cap
 from autotune.twin._prior import Layout, _dense_gib, _weights_gib
 
 _GIB = 1024**3
@@ -63,7 +63,7 @@ def _load_shape(workload: WorkloadSpec, max_running: int) -> LoadShape:
 def max_running_of(layout: Layout, config: ServerConfig) -> int:
     if config.max_running_requests is not None:
         return config.max_running_requests
-    return 48 if config.speculative else 2048
+    return sglang_speculative_running_cap() if config.speculative else 2048
 
 
 def max_bs_of(layout: Layout, config: ServerConfig) -> int:
@@ -71,7 +71,7 @@ def max_bs_of(layout: Layout, config: ServerConfig) -> int:
         return config.cuda_graph_max_bs
     default = sglang_defaults(layout.facts.gpu_memory_gib, layout.tp)[0]
     if config.speculative and config.max_running_requests is None:
-        return min(default, 48)
+        return min(default, sglang_speculative_running_cap())
     return default
 
 

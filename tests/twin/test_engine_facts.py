@@ -7,7 +7,7 @@ import pytest
 from autotune._knobs import ALLREDUCE_MODES, ServerConfig
 from autotune.engines import EngineSpec, Hardware, create_engine
 from autotune.twin import GPU_TABLE
-from autotune.twin._gpus import mode_failure, sglang_defaults
+from autotune.twin._gpus import mode_failure, sglang_defaults, sglang_speculative_running_cap
 
 #: Every GPU the twin knows, and architectures it does not (Ampere, Blackwell Ultra, consumer
 #: Blackwell), whose answers must come from the engine all the same.
@@ -50,3 +50,9 @@ def test_the_twins_sglang_defaults_are_the_engines(memory_gib: float, tp: int) -
         chosen["cuda_graph_max_bs"],
         chosen["chunked_prefill_size"],
     )
+
+
+def test_the_twins_running_cap_under_speculation_is_the_engines() -> None:
+    engine = create_engine(EngineSpec(kind="sglang", check_paths=False))
+    chosen = engine.server_defaults(Hardware(), 1, speculative=True)
+    assert sglang_speculative_running_cap() == chosen["max_running_requests"]

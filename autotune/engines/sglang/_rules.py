@@ -361,11 +361,17 @@ class SGLangRules(Engine):
     def incompatibility(self, config: ServerConfig, hardware: Hardware) -> Infeasible | None:
         return incompatibility(config, hardware)
 
-    def server_defaults(self, hardware: Hardware, tp: int) -> Mapping[str, int]:
-        """SGLang's graph batch cap and prefill chunk for ``hardware``'s memory at ``tp``."""
-        if hardware.memory_gib is None:
-            return {}
-        return server_defaults(hardware.memory_gib, tp)
+    def server_defaults(
+        self, hardware: Hardware, tp: int, *, speculative: bool = False
+    ) -> Mapping[str, int]:
+        """SGLang's graph batch cap and prefill chunk for ``hardware``'s memory at ``tp`` (where
+        the memory is known), and under speculation its running-request cap."""
+        chosen: dict[str, int] = {}
+        if hardware.memory_gib is not None:
+            chosen.update(server_defaults(hardware.memory_gib, tp))
+        if speculative:
+            chosen["max_running_requests"] = SPEC_MAX_RUNNING_REQUESTS
+        return chosen
 
     def multimodal_pool_gib(self) -> float:
         """GiB the server's multimodal feature pool takes from the KV pool on each start: the

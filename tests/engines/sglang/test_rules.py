@@ -380,3 +380,9 @@ def test_sglangs_own_graph_batch_and_chunk_follow_gpu_memory_and_ranks(
 def test_defaults_are_unknown_without_the_gpus_memory() -> None:
     engine = create_engine(EngineSpec(kind="sglang", check_paths=False))
     assert engine.server_defaults(Hardware(), 1) == {}
+
+
+def test_under_speculation_sglang_caps_running_requests_by_itself() -> None:
+    engine = create_engine(EngineSpec(kind="sglang", check_paths=False))
+    assert engine.server_defaults(Hardware(), 1, speculative=True) == {"max_running_requests": 48}
+    assert "max_running_requests" not in engine.server_defaults(Hardware(memory_gib=80.0), 1)
