@@ -28,6 +28,7 @@ from autotune.server._outcome import ProcessOutcome, signal_name
 from autotune.server._ports import find_free_port, port_in_use, wait_port_released
 from autotune.server._process import ServerProcess, new_token
 from autotune.server._startup import (
+    UNEXPLAINED_EXIT,
     Classification,
     LineClassifier,
     Probe,
@@ -40,6 +41,7 @@ from autotune.server._tree import TOKEN_ENV
 
 __all__ = [
     "TOKEN_ENV",
+    "UNEXPLAINED_EXIT",
     "Classification",
     "GpuMonitor",
     "GpuReleaseResult",

@@ -8,12 +8,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from autotune._errors import ConfigError
-from autotune.crashes import UNKNOWN_CRASH
 from autotune.server._follow import LogFollower
 from autotune.server._process import ServerProcess
 
 if TYPE_CHECKING:
     import httpx
+
+#: The category of a server that exited before it was ready with nothing in its log deciding a
+#: crash: the crash reader's ``unknown_crash`` (the classifier is given, not imported: the server
+#: layer sits beside the crash reader, not above it).
+UNEXPLAINED_EXIT = "unknown_crash"
 
 StartupStatus = Literal["ready", "crashed", "exited", "timeout", "interrupted"]
 
@@ -193,7 +197,7 @@ def wait_for_startup(
                 last = follower.tail(1)
                 return result(
                     "exited",
-                    UNKNOWN_CRASH,
+                    UNEXPLAINED_EXIT,
                     verdict.evidence or (last[0] if last else None),
                     f"the server exited with code {code} before it was ready",
                     code,

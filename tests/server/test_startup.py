@@ -179,3 +179,10 @@ def test_a_url_without_scheme_is_a_config_error(tmp_path: Path, port: int) -> No
             url=f"{HOST}:{port}",
             timeout_s=5,
         )
+
+
+def test_an_unexplained_exit_is_the_crash_readers_unknown_crash() -> None:
+    from autotune.crashes import UNKNOWN_CRASH
+    from autotune.server import UNEXPLAINED_EXIT
+
+    assert UNEXPLAINED_EXIT == UNKNOWN_CRASH
