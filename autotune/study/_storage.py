@@ -476,6 +476,34 @@ def _enable_wal(db: Path) -> None:
         ) from e
 
 
+def checkpoint(paths: StudyPaths, *, mode: str = "TRUNCATE") -> bool:
+    """Copy what SQLite's write-ahead log holds into the study file itself.
+
+    In WAL mode SQLite writes a study into ``NAME.db-wal`` and copies it into ``NAME.db`` only
+    now and then (every 1000 pages): a ``NAME.db`` copied during or after a study held next to
+    nothing. Called after each trial and when a tuner stops, so that the ``.db`` file alone is
+    the study. ``TRUNCATE`` also empties the log; a reader in the middle of a read (the
+    dashboard) only makes the copy partial, never blocks the tuner beyond a second. Never
+    creates a file. False where nothing was done (not SQLite, no file, the database busy).
+    """
+    db = paths.sqlite_file
+    if db is None or not db.is_file():
+        return False
+    try:
+        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, timeout=1.0)
+    except sqlite3.Error as e:
+        log.debug("no checkpoint of %s: %s", db, e)
+        return False
+    try:
+        row = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        return bool(row is not None and row[0] == 0)
+    except sqlite3.Error as e:
+        log.debug("no checkpoint of %s: %s", db, e)
+        return False
+    finally:
+        conn.close()
+
+
 def _with_installed_driver(url: str) -> str:
     """``url`` naming a PostgreSQL driver that is installed where it names none.
 
