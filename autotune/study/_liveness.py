@@ -60,6 +60,8 @@ class Worker:
     trial: int | None
     ended: bool
     alive: bool
+    #: The most rounds of the confirmation it runs (``confirming`` only).
+    max_rounds: int | None = None
 
     @property
     def state(self) -> str:
@@ -96,7 +98,7 @@ def workers(study: optuna.Study) -> list[Worker]:
         if not key.startswith(WORKER_PREFIX) or not isinstance(record, dict):
             continue
         try:
-            trial = record.get("trial")
+            trial = _int_or_none(record.get("trial"))
             out.append(
                 Worker(
                     host=str(record["host"]),
@@ -105,9 +107,10 @@ def workers(study: optuna.Study) -> list[Worker]:
                     started=float(record.get("started") or record["beat"]),
                     beat=float(record["beat"]),
                     phase=str(record.get("phase") or "search"),
-                    trial=int(trial) if isinstance(trial, int) else None,
+                    trial=trial,
                     ended=bool(record.get("ended")),
                     alive=_alive(record, now),
+                    max_rounds=_int_or_none(record.get("max_rounds")),
                 )
             )
         except (KeyError, TypeError, ValueError):
@@ -118,9 +121,7 @@ def workers(study: optuna.Study) -> list[Worker]:
 def live_workers(study: optuna.Study, *, exclude_me: bool = True) -> list[Worker]:
     """The workers of ``study`` alive now (this tuner left out with ``exclude_me``)."""
     me = os.getpid(), socket.gethostname()
-    return [
-        w for w in workers(study) if w.alive and not (exclude_me and (w.pid, w.host) == me)
-    ]
+    return [w for w in workers(study) if w.alive and not (exclude_me and (w.pid, w.host) == me)]
 
 
 def refuse_if_running(study: optuna.Study, *, command: str) -> None:
@@ -185,11 +186,13 @@ class Heartbeat:
             record = dict(self.record)
         self.study.set_user_attr(self.key, record)
 
-    def doing(self, phase: str, trial: int | None = None) -> None:
-        """What this tuner does now (``search`` with its trial, or ``confirming``)."""
+    def doing(self, phase: str, trial: int | None = None, *, max_rounds: int | None = None) -> None:
+        """What this tuner does now (``search`` with its trial, or ``confirming`` with the most
+        rounds of the confirmation)."""
+        now = {"phase": phase, "trial": trial, "max_rounds": max_rounds}
         with self._lock:
-            changed = (self.record["phase"], self.record["trial"]) != (phase, trial)
-            self.record.update(phase=phase, trial=trial)
+            changed = any(self.record.get(k) != v for k, v in now.items())
+            self.record.update(now)
         if changed:
             with contextlib.suppress(Exception):  # the next beat writes it
                 self.write()
@@ -299,7 +302,7 @@ def liveness(study: optuna.Study) -> Liveness:
         for w in live:
             ago = f"last heartbeat {max(0.0, now - w.beat):.0f} s ago"
             if w.state == "confirming":
-                lines.append(f"confirming {_round(study)}: {w.where()}, {ago}")
+                lines.append(f"confirming {_round(study, w.max_rounds)}: {w.where()}, {ago}")
             else:
                 trial = f", trial {w.trial}" if w.trial is not None else ""
                 lines.append(f"running: {w.where()}{trial}, {ago}")
@@ -331,15 +334,18 @@ def liveness(study: optuna.Study) -> Liveness:
     return Liveness("idle", ("not running",))
 
 
-def _round(study: optuna.Study) -> str:
-    """``round 2 of 10`` for the confirmation in progress (from what it recorded)."""
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _round(study: optuna.Study, of: int | None) -> str:
+    """``round 2 of 10`` for the confirmation in progress (from what it recorded; ``of``: its
+    most rounds)."""
     from autotune.study._record import STUDY_CONFIRMATION
 
     state = study.user_attrs.get(STUDY_CONFIRMATION)
-    if not isinstance(state, dict):
-        return "round 1"
-    spec = state.get("spec") if isinstance(state.get("spec"), dict) else {}
-    of = spec.get("max_rounds") if isinstance(spec, dict) else None
+    if not isinstance(state, dict) or "verdict" in state:  # none yet, or the last one's
+        return "round 1" if of is None else f"round 1 of {of}"
     arms = state.get("arms") if isinstance(state.get("arms"), list) else []
     rounds = [
         int(m["round"])

@@ -300,8 +300,7 @@ def confirm_study(options: StudyOptions, **changes: Any) -> StudySummary:
         spec = dataclasses.replace(space.confirm, enabled=True, **given)
         if spec.max_rounds < spec.min_rounds:
             raise ConfigError(
-                f"--max-rounds {spec.max_rounds} is below the minimum of {spec.min_rounds} "
-                "rounds",
+                f"--max-rounds {spec.max_rounds} is below the minimum of {spec.min_rounds} rounds",
                 hint="give --max-rounds at least --min-rounds",
             )
         keep_confirm_settings(study, given)
@@ -523,7 +522,7 @@ class StudyRunner:
         self._keep_twin_ranking()
         self.study.set_user_attr(STUDY_CONFIRMING, me)
         if self.heartbeat is not None:
-            self.heartbeat.doing("confirming")
+            self.heartbeat.doing("confirming", max_rounds=self.space.confirm.max_rounds)
         confirmation = Confirmation(
             self.study,
             self.space,

@@ -168,7 +168,9 @@ def test_two_workers_one_killed_the_other_stops_its_server(
         "study", "start", "--space", str(space), "--n-trials", str(n), *common, log="first"
     )
     lab.wait_for("the first worker's trial", lambda: _running(lab, name, None, TUNER), 60)
-    second = lab.spawn("study", "resume", "--study-name", name, "--sampler", "random", log="second")
+    second = lab.spawn(
+        "study", "resume", "--study-name", name, "--join", "--sampler", "random", log="second"
+    )
 
     def first_serving() -> object:
         for t in lab.trials(name):
