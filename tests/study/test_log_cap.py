@@ -18,11 +18,11 @@ from autotune.server import CUT_MARK, LOG_CAP_BYTES
 
 from ._lab import CONFIGS, StudyLab, no_traceback
 
-FLOOD_LINES = 400_000  # about 8 MB
+FLOOD_LINES = 120_000  # about 5 MB
 
 
 def _flooding_python(lab: StudyLab) -> Path:
-    """A "python" that writes ~8 MB to its output, then runs the real server."""
+    """A "python" that writes ~5 MB to its output, then runs the real server."""
     script = lab.root / "flooding-python"
     script.write_text(
         "#!/bin/sh\n"
@@ -38,9 +38,10 @@ def _flooding_python(lab: StudyLab) -> Path:
 def test_a_flooding_server_log_is_stored_capped(
     lab: StudyLab, fault_tried: Callable[[str], None]
 ) -> None:
-    fault_tried("a server that floods its log (8 MB)")
+    fault_tried("a server that floods its log (5 MB)")
     name = "flood"
-    space = lab.space(name, baseline=False, configs=CONFIGS[:1], python=str(_flooding_python(lab)))
+    python = str(_flooding_python(lab))
+    space = lab.space(name, baseline=False, configs=CONFIGS[:1], python=python, startup_s=240)
     run = lab.cli("study", "start", "--space", str(space), "--n-trials", "1")
     assert run.rc == 0, run.show()
     no_traceback(run)
