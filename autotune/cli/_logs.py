@@ -72,6 +72,13 @@ def classify(
         )
     code = None if exit_code is None else parse_exit_code(exit_code)
     rules = create_engine(EngineSpec(kind=engine)).crash_rules()
+    binary = _not_text(logfile)
+    if binary is not None:  # (read as text it would be "still starting")
+        raise ConfigError(
+            f"{logfile} is {binary}, not a server log",
+            source="LOGFILE",
+            hint="give the server's text log (its stdout and stderr as written to a file)",
+        )
     result = classify_file(logfile, rules, exit_code=code)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
@@ -114,3 +121,32 @@ def _exit_words(code: int) -> str:
     if code < 0:
         return f"killed by signal {-code}"
     return f"exited with code {code}"
+
+
+#: Leading bytes of the compressed files a log is often kept as.
+_COMPRESSED = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ": "xz",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"PK\x03\x04": "zip",
+}
+
+
+def _not_text(path: Path) -> str | None:
+    """What ``path`` is when it is no text (a compressed or binary file), else None (also when
+    it cannot be read: the classifier says so)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(64 * 1024)
+    except OSError:
+        return None
+    for magic, kind in _COMPRESSED.items():
+        if head.startswith(magic):
+            return f"a {kind}-compressed file (decompress it first)"
+    if b"\x00" in head:
+        return "a binary file (it holds NUL bytes)"
+    control = sum(1 for b in head if b < 0x20 and b not in b"\t\n\r\x0b\x0c\x1b")
+    if head and control > len(head) // 10:
+        return "a binary file (mostly control bytes)"
+    return None

@@ -45,6 +45,15 @@ Facts = Annotated[
     ),
 ]
 
+Join = Annotated[
+    bool,
+    typer.Option(
+        "--join",
+        help="Run as a second worker of a study whose tuner is still running (refused without "
+        "it: on one box two servers would run at once).",
+    ),
+]
+
 SAMPLER_HELP = (
     "auto (the twin where it can serve the study, else GP; TPE for conditional spaces or "
     "without PyTorch), gp, tpe, random, twin (the box's twin proposes; needs --facts on a real "
@@ -134,17 +143,22 @@ def resume(
     ] = None,
     timeout: Annotated[float | None, typer.Option("--timeout")] = None,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
-    sampler: Annotated[str, typer.Option("--sampler", help=SAMPLER_HELP)] = "auto",
+    sampler: Annotated[
+        str | None,
+        typer.Option("--sampler", help=SAMPLER_HELP + " Default: the study's own (as started)."),
+    ] = None,
     facts: Facts = None,
     storage: Storage = None,
     studies_dir: StudiesDir = "studies",
     artifacts_dir: ArtifactsDir = None,
     progress: ShowProgress = None,
     confirm: Confirm = None,
+    join: Join = False,
 ) -> None:
     """Continue an interrupted study: interrupted trials run again, finished ones are kept.
 
-    Without --n-trials or --target-trials it runs to the study's stored target.
+    Without --n-trials or --target-trials it runs to the study's stored target; the sampler
+    and --confirm/--no-confirm are those the study was started with unless given.
     """
     from autotune.study import resume_study
 
@@ -168,6 +182,7 @@ def resume(
             artifacts_dir=artifacts_dir,
             progress=progress,
             confirm=confirm,
+            join=join,
         )
     )
     _finished(summary)
@@ -194,6 +209,7 @@ def confirm(
     studies_dir: StudiesDir = "studies",
     artifacts_dir: ArtifactsDir = None,
     progress: ShowProgress = None,
+    join: Join = False,
 ) -> None:
     """Re-measure the best candidates and the baseline interleaved, and give the verdict.
 
@@ -210,6 +226,7 @@ def confirm(
             artifacts_dir=artifacts_dir,
             progress=progress,
             confirm=True,
+            join=join,
         ),
         candidates=candidates,
         min_rounds=min_rounds,
@@ -271,8 +288,13 @@ def status(
     storage: Storage = None,
     studies_dir: StudiesDir = "studies",
 ) -> None:
-    """Where a study stands: finished, running and interrupted trials, best so far."""
+    """Where a study stands: running (pid and host), confirming (round N of M) or dead since
+    when; finished, running and interrupted trials; best so far."""
+    from optuna.trial import TrialState
+
     from autotune.report import build_report, load_study
+    from autotune.study._claims import held_by_live_tuner
+    from autotune.study._liveness import liveness
     from autotune.study._storage import storage_faults, study_paths
 
     # a failing storage (corrupted, full, unwritable) is a message naming the file
@@ -281,12 +303,19 @@ def status(
     with storage_faults(paths):
         study, paths = load_study(study_name, storage=storage, studies_dir=studies_dir)
         rep = build_report(study, paths, schedule=False)
+        alive = liveness(study)
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        held = sum(1 for t in running if held_by_live_tuner(t))
     target = f"/{rep.target}" if rep.target else ""
     best = "-" if rep.best is None or rep.best.value is None else f"{rep.best.value:.2f}"
+    orphaned = len(running) - held
+    left = f", {orphaned} left by a dead tuner" if orphaned else ""
     typer.echo(
-        f"{rep.study_name}: {rep.finished}{target} finished, {rep.running} running, "
+        f"{rep.study_name}: {rep.finished}{target} finished, {held} running{left}, "
         f"{rep.failed} interrupted; best {rep.metric} {best}"
     )
+    for line in alive.lines:
+        typer.echo(f"  {line}")
     for row in rep.rows[-5:]:
         value = "" if row.value is None else f" {row.value:.2f}"
         typer.echo(f"  trial {row.number} [{row.role}] {row.outcome}{value}")

@@ -24,6 +24,7 @@ from autotune.server._identity import (
     stop_identity,
 )
 from autotune.server._launcher import PrefixStop
+from autotune.server._logcap import CUT_MARK, LOG_CAP_BYTES, cap_log
 from autotune.server._outcome import ProcessOutcome, signal_name
 from autotune.server._ports import find_free_port, port_in_use, wait_port_released
 from autotune.server._process import ServerProcess, new_token
@@ -40,6 +41,8 @@ from autotune.server._startup import (
 from autotune.server._tree import TOKEN_ENV
 
 __all__ = [
+    "CUT_MARK",
+    "LOG_CAP_BYTES",
     "TOKEN_ENV",
     "UNEXPLAINED_EXIT",
     "Classification",
@@ -57,6 +60,7 @@ __all__ = [
     "StartupResult",
     "StartupStatus",
     "argv_digest",
+    "cap_log",
     "find_free_port",
     "find_live",
     "identity_of",

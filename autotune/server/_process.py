@@ -147,6 +147,9 @@ class ServerProcess(Closing):
         launcher = None
         if prefix:
             launcher, run = PrefixLauncher.around(args, tuple(prefix), env or {}, secret_env, token)
+        else:
+            _check_executable(args, path, child_env.get("PATH"))
+            run = as_subreaper(args)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             log = path.open("ab")
@@ -386,6 +389,73 @@ def _start_error(why: str, args: tuple[str, ...], log_path: Path, *, hint: str) 
         log_path=log_path,
         hint=hint,
     )
+
+
+#: Run as the server's main process, before it becomes the server (``exec``): makes it the
+#: "child subreaper" of its tree (Linux ``PR_SET_CHILD_SUBREAPER``, kept across ``exec``), then
+#: runs the server's command in its place (same pid, same argv from then on).
+_SUBREAPER = (
+    "import ctypes, os, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "try:\n"
+    "    os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "except OSError as e:\n"
+    "    sys.stderr.write(f'autotune: cannot run {sys.argv[1]!r}: {e.strerror}\\n')\n"
+    "    sys.exit(127)\n"
+)
+
+
+def as_subreaper(args: tuple[str, ...]) -> tuple[str, ...]:
+    """``args`` run by a main process that adopts its tree's orphans (Linux only; elsewhere
+    ``args`` as they are).
+
+    A server's worker that leaves the server's process group and session (``setsid``) and
+    clears its environment (the launch's token with it) is still found by the stop as long as
+    it descends from the main process; once its own parent exits, the kernel gives it to the
+    nearest subreaper above it. The main process being that subreaper, such a worker stays in
+    the tree (see :mod:`autotune.server._tree`) instead of going to ``init``, where nothing
+    could tell it from any other process. The interpreter runs isolated (``-I``): the server's
+    ``PYTHON*`` variables are the server's.
+    """
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return args
+    return (sys.executable, "-I", "-c", _SUBREAPER, *args)
+
+
+def _check_executable(args: tuple[str, ...], log_path: Path, search: str | None) -> None:
+    """What ``Popen`` would have said of the server's executable, said before the launch
+    (through :func:`as_subreaper` the ``exec`` happens in the child).
+
+    Raises:
+        ServerError: not found, or not executable.
+    """
+    import errno
+    import shutil
+
+    exe = args[0]
+    if os.sep in exe:
+        found = exe if os.path.isfile(exe) else None
+    else:
+        found = shutil.which(exe, mode=os.F_OK, path=search)
+    if found is None:
+        raise _start_error(
+            f"executable {exe!r} not found",
+            args,
+            log_path,
+            hint="check the engine's python path (or launch prefix) in the space file",
+        ) from FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), exe)
+    if not os.access(found, os.X_OK):
+        raise _start_error(
+            f"permission denied running {exe!r}",
+            args,
+            log_path,
+            hint=f"make {exe} executable (chmod +x) or point to an interpreter",
+        ) from PermissionError(errno.EACCES, os.strerror(errno.EACCES), exe)
 
 
 def new_token() -> str:

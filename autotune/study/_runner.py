@@ -11,12 +11,13 @@ The loop judges each configuration before launch and records what its evaluator 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from autotune.study._claims import (
     claim,
     configuration,
     count_claims,
+    file_lock,
     recover_stale,
     requeue,
     rerun_then_fail,
@@ -56,6 +58,7 @@ from autotune.study._evaluate import (
 from autotune.study._feasibility import Feasibility
 from autotune.study._hooks import pause_at
 from autotune.study._interrupts import Interrupts
+from autotune.study._liveness import Heartbeat, refuse_if_running
 from autotune.study._notes import save_trial_note, save_verdict_note
 from autotune.study._optuna import (
     get_trial,
@@ -87,8 +90,10 @@ from autotune.study._record import (
 )
 from autotune.study._setup import (
     StudyOptions,
+    confirm_settings,
     create_or_load,
     finish_setup,
+    keep_confirm_settings,
     make_engine,
     set_target,
     setup_complete,
@@ -100,6 +105,7 @@ from autotune.study._storage import (
     StudyPaths,
     artifact_store,
     check_writable,
+    checkpoint,
     study_paths,
     upload_artifacts,
 )
@@ -159,7 +165,11 @@ def start_study(options: StudyOptions) -> StudySummary:
         target = set_target(study, options.n_trials)
         pause_at("target")
         finish_setup(study, space, engine, options)
-    return StudyRunner(study, space, engine, paths, options, target).run()
+        heartbeat = Heartbeat(study, db=paths.sqlite_file)
+        heartbeat.write()  # under the lock: a resume from now on sees this tuner alive
+    with _ended_on_error(heartbeat):
+        runner = StudyRunner(study, space, engine, paths, options, target, heartbeat=heartbeat)
+    return runner.run()
 
 
 def resume_study(options: StudyOptions) -> StudySummary:
@@ -167,22 +177,47 @@ def resume_study(options: StudyOptions) -> StudySummary:
 
     What the options leave out is as the study was started: its target (``--n-trials``) and
     its ``--confirm``/``--no-confirm``."""
-    paths, study, space = _existing(options)
-    options = with_start_options(study, options)  # e.g. --no-confirm, unless overridden
-    _sampler_choice(space, options)
-    _facts(space, options)
-    engine = make_engine(space)
-    target = set_target(study, options.n_trials, more=options.more_trials)
-    if not setup_complete(study):  # its `start` was killed: finish the set-up from its space
-        with setup_lock(paths):
-            if not setup_complete(study):
-                log.warning(
-                    "study %r was left half-created by a stopped `study start`; queueing its "
-                    "first trials",
-                    study.study_name,
-                )
-                finish_setup(study, space, engine, options)
-    return StudyRunner(study, space, engine, paths, options, target).run(recover=True)
+    paths, study, space, heartbeat = _existing(options, command="study resume")
+    with _ended_on_error(heartbeat):
+        options = with_start_options(study, options)  # e.g. --no-confirm, unless overridden
+        space = _with_confirm_settings(space, confirm_settings(study, {}))
+        _sampler_choice(space, options)
+        _facts(space, options)
+        engine = make_engine(space)
+        target = set_target(study, options.n_trials, more=options.more_trials)
+        if not setup_complete(study):  # its `start` was killed: finish the set-up from its space
+            with setup_lock(paths):
+                if not setup_complete(study):
+                    log.warning(
+                        "study %r was left half-created by a stopped `study start`; queueing "
+                        "its first trials",
+                        study.study_name,
+                    )
+                    finish_setup(study, space, engine, options)
+        runner = StudyRunner(study, space, engine, paths, options, target, heartbeat=heartbeat)
+    return runner.run(recover=True)
+
+
+@contextlib.contextmanager
+def _ended_on_error(heartbeat: Heartbeat) -> Iterator[None]:
+    """A tuner refused after its first beat ended (its record says so); it did not die."""
+    try:
+        yield
+    except BaseException:
+        heartbeat.stop()
+        raise
+
+
+def _with_confirm_settings(space: SearchSpace, settings: dict[str, Any]) -> SearchSpace:
+    """``space`` with the confirmation settings a ``study confirm`` of the study was given."""
+    import dataclasses
+
+    if not settings:
+        return space
+    spec = dataclasses.replace(space.confirm, **settings)
+    if spec.max_rounds < spec.min_rounds:
+        return space
+    return dataclasses.replace(space, confirm=spec)
 
 
 def _sampler_choice(space: SearchSpace, options: StudyOptions) -> SamplerChoice:
@@ -212,12 +247,17 @@ def _facts(space: SearchSpace, options: StudyOptions) -> Any:
     return twin_facts(space, options.facts)
 
 
-def _existing(options: StudyOptions) -> tuple[StudyPaths, optuna.Study, SearchSpace]:
-    """The study ``options`` names, with its stored space (``resume`` and ``confirm``).
+def _existing(
+    options: StudyOptions, *, command: str
+) -> tuple[StudyPaths, optuna.Study, SearchSpace, Heartbeat]:
+    """The study ``options`` names, with its stored space (``resume`` and ``confirm``), and
+    this tuner's heartbeat in it (written; the runner keeps it beating).
 
     First, before the space is read or checked, the servers of a dead run of the study are
     stopped and its trials taken over (:func:`take_over_dead_run`), also when the resume is
-    then refused; each is said on stderr.
+    then refused; each is said on stderr. Then a study with a live worker is refused unless
+    ``options.join`` (:func:`refuse_if_running`); the check and this tuner's first beat are
+    made under the study's lock, so two resumes at one instant do not both go on.
     """
     if options.study_name is None:
         raise AutotuneError("which study?", hint="give --study-name NAME")
@@ -229,15 +269,27 @@ def _existing(options: StudyOptions) -> tuple[StudyPaths, optuna.Study, SearchSp
     )
     lock = setup_lock_path(paths)
 
+    beats: list[Heartbeat] = []
+
     def take_over(study: optuna.Study) -> None:
         # before the space is read (it may refuse the resume): no server of a dead run is left
         # holding the GPUs, whatever comes next
         for line in take_over_dead_run(study, lock=lock):
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
+        with file_lock(lock):
+            if not options.join:
+                refuse_if_running(study, command=command)
+            beats.append(Heartbeat(study, db=paths.sqlite_file))
+            beats[0].write()
 
-    study, space = create_or_load(paths, None, options, resume=True, on_loaded=take_over)
-    return paths, study, space
+    try:
+        study, space = create_or_load(paths, None, options, resume=True, on_loaded=take_over)
+    except BaseException:
+        for beat in beats:  # refused after the first beat: this tuner ended, it did not die
+            beat.stop()
+        raise
+    return paths, study, space, beats[0]
 
 
 def confirm_study(options: StudyOptions, **changes: Any) -> StudySummary:
@@ -245,18 +297,21 @@ def confirm_study(options: StudyOptions, **changes: Any) -> StudySummary:
     to override, None for "as the space says")."""
     import dataclasses
 
-    paths, study, space = _existing(options)
-    given = {k: v for k, v in changes.items() if v is not None}
-    spec = dataclasses.replace(space.confirm, enabled=True, **given)
-    if spec.max_rounds < spec.min_rounds:
-        raise ConfigError(
-            f"--max-rounds {spec.max_rounds} is below the minimum of {spec.min_rounds} rounds",
-            hint="give --max-rounds at least --min-rounds",
-        )
-    space = dataclasses.replace(space, confirm=spec)
-    engine = make_engine(space)
-    target = set_target(study, None)
-    runner = StudyRunner(study, space, engine, paths, options, target)
+    paths, study, space, heartbeat = _existing(options, command="study confirm")
+    with _ended_on_error(heartbeat):
+        # given now, or kept from an earlier `study confirm` of this study
+        given = confirm_settings(study, changes)
+        spec = dataclasses.replace(space.confirm, enabled=True, **given)
+        if spec.max_rounds < spec.min_rounds:
+            raise ConfigError(
+                f"--max-rounds {spec.max_rounds} is below the minimum of {spec.min_rounds} rounds",
+                hint="give --max-rounds at least --min-rounds",
+            )
+        keep_confirm_settings(study, given)
+        space = dataclasses.replace(space, confirm=spec)
+        engine = make_engine(space)
+        target = set_target(study, None)
+        runner = StudyRunner(study, space, engine, paths, options, target, heartbeat=heartbeat)
     return runner.run(recover=True, search=False)
 
 
@@ -285,8 +340,11 @@ class StudyRunner:
         learn: bool = True,
         refuse: bool = True,
         quiet: bool = False,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.study = study
+        #: This tuner's record in the study (None: no liveness record, the search benchmark).
+        self.heartbeat = heartbeat
         self.space = space
         self.engine = engine
         self.paths = paths
@@ -342,12 +400,14 @@ class StudyRunner:
             "" if base is None else f" over {type(base).__name__}",
         )
         started = time.monotonic()
+        beating = self.heartbeat if self.heartbeat is not None else contextlib.nullcontext()
         ran = elsewhere = 0
         stopped_by: str | None = None
         stop_reason: str | None = None
         verdict: Verdict | None = None
         try:
             with (
+                beating,
                 self.interrupts.installed(linger=True),
                 StudyProgress(
                     self.target if search else self.finished_count(),
@@ -392,13 +452,16 @@ class StudyRunner:
                     # a disk that filled up since the last trial stops the study here, before a
                     # launch whose log could not be written (it would read as a start-up time-out)
                     check_writable(self.paths.artifacts_dir, what="artifacts")
+                    self._check_storage()
                     if self.run_one(progress):
                         ran += 1
                     else:  # another worker asked at the same moment: let one of us go first
                         self.interrupts.sleep(random.uniform(0.2, 1.0))
                 if not search or (stopped_by in (None, "twin") and self.confirm_wanted()):
                     verdict = self.confirm(progress)
+                self._check_storage()
         except Interrupted:
+            self._checkpoint()
             raise
         except KeyboardInterrupt:  # between trials: nothing was running
             raise self._between_trials() from None
@@ -416,6 +479,7 @@ class StudyRunner:
             ) from e
         finally:
             close_debug_log(debug_log)
+        self._checkpoint()
         return StudySummary(
             self.study.study_name,
             self.paths.storage_url,
@@ -428,6 +492,19 @@ class StudyRunner:
             verdict,
             stop_reason,
         )
+
+    def _check_storage(self) -> None:
+        """Stop if the SQLite file under the study was deleted or replaced (see
+        :class:`~autotune.study._liveness.Heartbeat`)."""
+        if self.heartbeat is not None:
+            self.heartbeat.check_storage()
+
+    def _checkpoint(self) -> None:
+        """Move what SQLite's write-ahead log holds into the study file (``NAME.db`` alone is
+        then the study, to copy or share); nothing when the file is not the one opened."""
+        if self.heartbeat is not None and self.heartbeat.check_storage_quietly() is not None:
+            return
+        checkpoint(self.paths)
 
     def confirm_wanted(self) -> bool:
         """Whether the study confirms its best after the search (the option, else the space;
@@ -459,6 +536,8 @@ class StudyRunner:
         self._stop_confirmation_server()
         self._keep_twin_ranking()
         self.study.set_user_attr(STUDY_CONFIRMING, me)
+        if self.heartbeat is not None:
+            self.heartbeat.doing("confirming", max_rounds=self.space.confirm.max_rounds)
 
         def ended() -> None:
             self._confirm_run_ended()
@@ -485,6 +564,8 @@ class StudyRunner:
             ) from None
         finally:
             self.study.set_user_attr(STUDY_CONFIRMING, None)
+            if self.heartbeat is not None:
+                self.heartbeat.doing("search")
         self.study.set_user_attr(STUDY_VERDICT, verdict.headline)
         self.study.set_user_attr(STUDY_CONFIRMED_TRIAL, verdict.choice)
         save_verdict_note(self.study, verdict)
@@ -631,6 +712,8 @@ class StudyRunner:
         try:
             if not claim(self.study, trial_id_of(trial), self.target, self.engine.spec.timeouts):
                 return False
+            if self.heartbeat is not None:
+                self.heartbeat.doing("search", number)
             params: dict[str, Any] | None
             if role == "baseline":
                 params, config = None, self.space.baseline_config()
@@ -670,6 +753,9 @@ class StudyRunner:
         if record.measured:
             values = record.values if self.space.objective.multi else record.value
         self.study.tell(trial, values, state=state)
+        if self.heartbeat is not None:
+            self.heartbeat.doing("search")
+        self._checkpoint()
         progress.finished(
             self.finished_count(),
             record.line(number, self.space.objective.metric),

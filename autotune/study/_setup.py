@@ -63,6 +63,8 @@ class StudyOptions:
     #: What the twin's prior is deliberately wrong by, (group, factor) pairs: the search
     #: benchmark's ``--twin-errors``.
     twin_errors: tuple[tuple[str, float], ...] = ()
+    #: Run next to a live worker of the study on purpose (``resume --join``): a second worker.
+    join: bool = False
 
     def __post_init__(self) -> None:
         """Refuse bad options before anything is opened or created (each names its option).
@@ -440,7 +442,9 @@ DEFAULT_TARGET = 20
 
 def store_start_options(study: optuna.Study, options: StudyOptions) -> None:
     """Record what ``study start`` was asked, in one attribute (:data:`STUDY_OPTIONS`): the
-    target (``--n-trials``) and ``--confirm``/``--no-confirm`` (None: as the space says).
+    target (``--n-trials``), ``--confirm``/``--no-confirm`` (None: as the space says), the
+    sampler with its startup trials and facts file (not its seed: a resumed random sampler
+    with the same seed would propose the first run's configurations again).
 
     The verdict's attributes come first, holding their place until the confirmation writes
     them: optuna-dashboard lists a study's attributes in the order they were first written,
@@ -450,7 +454,16 @@ def store_start_options(study: optuna.Study, options: StudyOptions) -> None:
             STUDY_VERDICT, "not confirmed yet (`autotune study confirm` confirms the search's best)"
         )
         study.set_user_attr(STUDY_CONFIRMED_TRIAL, None)
-    study.set_user_attr(STUDY_OPTIONS, {"n_trials": options.n_trials, "confirm": options.confirm})
+    study.set_user_attr(
+        STUDY_OPTIONS,
+        {
+            "n_trials": options.n_trials,
+            "confirm": options.confirm,
+            "sampler": options.sampler,
+            "n_startup_trials": options.n_startup_trials,
+            "facts": None if options.facts is None else str(Path(options.facts).resolve()),
+        },
+    )
 
 
 def start_options(study: optuna.Study) -> dict[str, Any]:
@@ -459,13 +472,52 @@ def start_options(study: optuna.Study) -> dict[str, Any]:
     return dict(stored) if isinstance(stored, dict) else {}
 
 
+#: The confirmation's settings that ``study confirm`` takes as options (kept once given).
+CONFIRM_SETTINGS = ("candidates", "min_rounds", "max_rounds", "confidence")
+
+
 def with_start_options(study: optuna.Study, options: StudyOptions) -> StudyOptions:
     """``options`` of a resume with what it leaves out taken from the study's start: its
-    ``--confirm``/``--no-confirm`` (the target is the stored one, see :func:`set_target`)."""
-    confirm = start_options(study).get("confirm")
-    if options.confirm is None and isinstance(confirm, bool):
-        return dataclasses.replace(options, confirm=confirm)
-    return options
+    ``--confirm``/``--no-confirm``, its sampler (with startup trials and facts file); the
+    target is the stored one (see :func:`set_target`). An option at its default counts as left
+    out (``--sampler auto`` on a study started with ``--sampler tpe`` goes on with TPE)."""
+    stored = start_options(study)
+    defaults = StudyOptions()
+    changes: dict[str, Any] = {}
+    kinds: dict[str, tuple[type, ...]] = {
+        "confirm": (bool,),
+        "sampler": (str,),
+        "n_startup_trials": (int,),
+        "facts": (str,),
+    }
+    for name, kind in kinds.items():
+        value = stored.get(name)
+        if getattr(options, name) != getattr(defaults, name) or value is None:
+            continue
+        if isinstance(value, kind) and (kind == (bool,) or not isinstance(value, bool)):
+            changes[name] = value
+    return dataclasses.replace(options, **changes) if changes else options
+
+
+def confirm_settings(study: optuna.Study, given: dict[str, Any]) -> dict[str, Any]:
+    """The settings of the space's ``confirm`` to override: those given now (``study confirm
+    --max-rounds ...``) over those an earlier ``study confirm`` of the study was given (see
+    :func:`keep_confirm_settings`)."""
+    kept = start_options(study).get("confirm_settings")
+    settings = {
+        k: v for k, v in (kept if isinstance(kept, dict) else {}).items() if k in CONFIRM_SETTINGS
+    }
+    settings.update({k: v for k, v in given.items() if v is not None and k in CONFIRM_SETTINGS})
+    return settings
+
+
+def keep_confirm_settings(study: optuna.Study, settings: dict[str, Any]) -> None:
+    """Store the confirmation settings ``study confirm`` was given with the study's options, so
+    that a confirmation resumed later (``study confirm`` or ``study resume`` without them) goes
+    on with them."""
+    stored = start_options(study)
+    if settings and stored.get("confirm_settings") != settings:
+        study.set_user_attr(STUDY_OPTIONS, {**stored, "confirm_settings": dict(settings)})
 
 
 def set_target(study: optuna.Study, n_trials: int | None, *, more: int | None = None) -> int:

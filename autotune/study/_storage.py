@@ -209,7 +209,7 @@ def open_storage(paths: StudyPaths, *, writing: bool = True) -> RetryLockedStora
                         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
                 try:
                     rdb = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
-                    return RetryLockedStorage(cached_storage(rdb))
+                    return RetryLockedStorage(cached_storage(rdb), url=paths.storage_url)
                 except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError,
                         sqlalchemy.exc.ProgrammingError) as e:  # fmt: skip
                     text = str(e).lower()
@@ -235,7 +235,12 @@ def open_storage(paths: StudyPaths, *, writing: bool = True) -> RetryLockedStora
 
 
 def retry_locked(
-    action: Callable[[], T], *, attempts: int = 20, what: str = "write", within_s: float = 30.0
+    action: Callable[[], T],
+    *,
+    attempts: int = 20,
+    what: str = "write",
+    within_s: float = 30.0,
+    url: str | None = None,
 ) -> T:
     """Run a storage action, retrying while SQLite is locked, for at most ``within_s`` seconds.
 
@@ -248,9 +253,11 @@ def retry_locked(
     opened by :func:`open_storage` (or a study on it) needs no retry of its own.
 
     Raises:
-        StorageError: the database stayed locked for ``attempts`` tries, or SQLAlchemy raised
-            another ``OperationalError`` (as is: Optuna's ``StorageInternalError`` that does not
-            stand for a lock passes through unchanged, for :func:`storage_fault` to read).
+        StorageError: the connection to the database server was lost (said so, naming ``url``;
+            not retried: a write may or may not have been committed), the database stayed
+            locked for ``attempts`` tries, or SQLAlchemy raised another ``OperationalError``
+            (as is: Optuna's ``StorageInternalError`` that does not stand for a lock passes
+            through unchanged, for :func:`storage_fault` to read).
     """
     import optuna.exceptions
     import sqlalchemy.exc
@@ -260,7 +267,22 @@ def retry_locked(
     for attempt in range(attempts):
         try:
             return action()
-        except (sqlalchemy.exc.OperationalError, optuna.exceptions.StorageInternalError) as e:
+        except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as e:
+            lost = _lost_connection(e)
+            if lost is not None:
+                where = f" {_redact_url(url)!r}" if url else ""
+                raise StorageError(
+                    f"lost the connection to the study storage{where} during a {what}: "
+                    f"{_first_line(str(getattr(lost, 'orig', None) or lost))}",
+                    url=url,
+                    hint="the database server went away or dropped the connection; when it is "
+                    "back, `autotune study resume` goes on (finished trials are kept, the "
+                    "trial that was running runs again)",
+                ) from e
+            if not isinstance(
+                e, (sqlalchemy.exc.OperationalError, optuna.exceptions.StorageInternalError)
+            ):
+                raise
             locked = _lock_error(e)
             if locked is None and not isinstance(e, sqlalchemy.exc.OperationalError):
                 raise
@@ -274,6 +296,48 @@ def retry_locked(
             time.sleep(delay)
             delay = min(1.0, delay * 1.6)
     raise AssertionError("unreachable")
+
+
+#: What drivers say when the connection to a database server is gone (PostgreSQL, MySQL).
+_LOST = (
+    "server closed the connection unexpectedly",
+    "terminating connection",
+    "connection already closed",
+    "could not connect to server",
+    "connection refused",
+    "connection timed out",
+    "ssl syscall error",
+    "no connection to the server",
+    "does not allow connections",
+    "not currently accepting connections",
+    "the database system is shutting down",
+    "the database system is starting up",
+    "lost connection to mysql server",
+    "mysql server has gone away",
+)
+
+
+def _lost_connection(error: BaseException) -> BaseException | None:
+    """The error behind ``error`` that says the connection to the database server was lost
+    (SQLAlchemy's ``connection_invalidated``, or the driver's words), else None. SQLite has no
+    connection to lose: its errors are never read as one."""
+    import sqlalchemy.exc
+
+    seen: BaseException | None = error
+    chain: list[BaseException] = []
+    while seen is not None and seen not in chain and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for e in chain:
+        if isinstance(e, sqlalchemy.exc.DBAPIError):
+            if "sqlite" in type(e.orig).__module__:
+                return None
+            text = str(e.orig).lower()
+            if e.connection_invalidated or any(s in text for s in _LOST):
+                return e
+        elif isinstance(e, sqlalchemy.exc.DisconnectionError):
+            return e
+    return None
 
 
 def _lock_error(error: BaseException) -> sqlalchemy.exc.OperationalError | None:
@@ -309,8 +373,9 @@ class RetryLockedStorage(BaseStorage):
     Heartbeats are not forwarded: autotune opens storages without them.
     """
 
-    def __init__(self, backend: BaseStorage) -> None:
+    def __init__(self, backend: BaseStorage, *, url: str | None = None) -> None:
         self._backend = backend
+        self._url = url
 
     @property
     def backend(self) -> BaseStorage:
@@ -318,10 +383,10 @@ class RetryLockedStorage(BaseStorage):
         return self._backend
 
     def _read(self, action: Callable[[], T]) -> T:
-        return retry_locked(action, what="read")
+        return retry_locked(action, what="read", url=self._url)
 
     def _write(self, action: Callable[[], T]) -> T:
-        return retry_locked(action, what="write")
+        return retry_locked(action, what="write", url=self._url)
 
     # --- studies ----------------------------------------------------------------------------
     def create_new_study(
@@ -474,6 +539,34 @@ def _enable_wal(db: Path) -> None:
             f"cannot open the SQLite study file {str(db)!r}: {e}",
             hint="check that the file is a SQLite database and its folder is writable",
         ) from e
+
+
+def checkpoint(paths: StudyPaths, *, mode: str = "TRUNCATE") -> bool:
+    """Copy what SQLite's write-ahead log holds into the study file itself.
+
+    In WAL mode SQLite writes a study into ``NAME.db-wal`` and copies it into ``NAME.db`` only
+    now and then (every 1000 pages): a ``NAME.db`` copied during or after a study held next to
+    nothing. Called after each trial and when a tuner stops, so that the ``.db`` file alone is
+    the study. ``TRUNCATE`` also empties the log; a reader in the middle of a read (the
+    dashboard) only makes the copy partial, never blocks the tuner beyond a second. Never
+    creates a file. False where nothing was done (not SQLite, no file, the database busy).
+    """
+    db = paths.sqlite_file
+    if db is None or not db.is_file():
+        return False
+    try:
+        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, timeout=1.0)
+    except sqlite3.Error as e:
+        log.debug("no checkpoint of %s: %s", db, e)
+        return False
+    try:
+        row = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        return bool(row is not None and row[0] == 0)
+    except sqlite3.Error as e:
+        log.debug("no checkpoint of %s: %s", db, e)
+        return False
+    finally:
+        conn.close()
 
 
 def _with_installed_driver(url: str) -> str:

@@ -40,6 +40,7 @@ from autotune.server import (
     GpuUsage,
     ProcessIdentity,
     ServerProcess,
+    cap_log,
     find_free_port,
     identity_of,
     new_token,
@@ -424,8 +425,9 @@ def _round(value: float | None) -> float | None:
 
 def _redact_record(record: TrialRecord, files: TrialFiles, secrets: set[str]) -> None:
     """No secret of the launch in what is kept: the server's log (an artifact) and the lines
-    quoted from it."""
+    quoted from it); a log that flooded is kept capped, its head and tail (:func:`cap_log`)."""
     if files.server_log is not None:
+        cap_log(files.server_log)
         redact_file(files.server_log, secrets)
     if record.failure_line:
         record.failure_line = redact_values(record.failure_line, secrets)

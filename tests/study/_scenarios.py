@@ -111,6 +111,7 @@ def two_workers(lab: StudyLab, name: str, storage: str | None = None, n_trials: 
         "resume",
         "--study-name",
         name,
+        "--join",
         "--seed",
         "2",
         "--sampler",

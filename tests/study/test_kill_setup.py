@@ -168,13 +168,17 @@ def test_two_workers_one_killed_the_other_stops_its_server(
         "study", "start", "--space", str(space), "--n-trials", str(n), *common, log="first"
     )
     lab.wait_for("the first worker's trial", lambda: _running(lab, name, None, TUNER), 60)
-    second = lab.spawn("study", "resume", "--study-name", name, "--sampler", "random", log="second")
+    second = lab.spawn(
+        "study", "resume", "--study-name", name, "--join", "--sampler", "random", log="second"
+    )
 
     def first_serving() -> object:
         for t in lab.trials(name):
             tuner = t.system_attrs.get(TUNER) or {}
             mine = t.state.name == "RUNNING" and tuner.get("pid") == first.pid
-            if mine and PROCESS in t.system_attrs:
+            pid = int((t.system_attrs.get(PROCESS) or {}).get("pid", -1))
+            # launched (not the pending record's pid -1) and not a start-up crash already gone
+            if mine and pid > 0 and psutil.pid_exists(pid):
                 return t
         return None
 
@@ -184,9 +188,13 @@ def test_two_workers_one_killed_the_other_stops_its_server(
         )
 
     lab.wait_for("the second worker's first trial", second_running, 90)
-    victim = lab.wait_for("a server of the first worker", first_serving, 90)
-    server_pid = int(victim.system_attrs[PROCESS]["pid"])
-    server = psutil.Process(server_pid)
+    for _ in range(20):  # a server that crashed at start-up is gone before it is caught
+        victim = lab.wait_for("a server of the first worker", first_serving, 90)
+        try:
+            server = psutil.Process(int(victim.system_attrs[PROCESS]["pid"]))
+            break
+        except psutil.NoSuchProcess:
+            continue
     first.kill()
     first.wait(timeout=30)
     killed_at = time.monotonic()

@@ -45,7 +45,7 @@ def test_three_workers_finish_exactly_the_target(lab: StudyLab, postgres_url: st
     args = ("--storage", postgres_url, "--sampler", "random")
     first = lab.spawn("study", "start", "--space", str(space), "--n-trials", "7", *args)
     lab.wait_for("the study", lambda: _has_trials(lab, name, postgres_url), 60)
-    others = [lab.spawn("study", "resume", "--study-name", name, *args) for _ in range(2)]
+    others = [lab.spawn("study", "resume", "--study-name", name, "--join", *args) for _ in range(2)]
     for proc in [first, *others]:
         run = lab.finish(proc, timeout=240)
         assert run.rc == 0, run.show()

@@ -47,7 +47,9 @@ def test_status(h100_study: StudyRun) -> None:
         expected.append(
             f"  trial {t.number} [{t.user_attrs['role']}] {t.user_attrs['outcome']}{value}"
         )
-    assert lines[1:] == expected
+    # the study's tuner ended: not running (issue 42: running, dead or confirming, said)
+    assert lines[1].startswith("  not running: its last tuner ended at "), run.describe()
+    assert lines[2:] == expected
 
 
 def test_list(h100_study: StudyRun, tmp_path: Path) -> None:
