@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -164,3 +165,69 @@ def sequential_level(confidence: float, comparisons: int, looks: int) -> float:
     hold at every look together and the rounds may stop at the first that decides.
     """
     return 1.0 - (1.0 - confidence) / (max(1, comparisons) * max(1, looks))
+
+
+#: Grid points of the density the boundary's crossing chance is integrated on, per look.
+_GRID = 240
+
+
+def _crossing(bound: float, looks: Sequence[int]) -> float:
+    """The chance that a sum of ``n`` independent standard normal steps, standardised
+    (``S_n / sqrt(n)``), leaves ``[-bound, bound]`` at one of the ``looks`` (counts of steps,
+    increasing): the density of the sums still inside is carried from look to look on a grid
+    (the recursion of Armitage, McPherson and Rowe), trapezoid-integrated."""
+    import numpy as np
+    from scipy.stats import norm
+
+    def grid(n: int) -> tuple[np.ndarray, np.ndarray]:
+        edge = bound * math.sqrt(n)
+        x = np.linspace(-edge, edge, _GRID)
+        w = np.full(_GRID, x[1] - x[0])
+        w[0] = w[-1] = w[0] / 2.0
+        return x, w
+
+    first = looks[0]
+    x, w = grid(first)
+    density = norm.pdf(x / math.sqrt(first)) / math.sqrt(first)
+    total = 2.0 * float(norm.sf(bound))
+    previous = first
+    for n in looks[1:]:
+        step = math.sqrt(n - previous)
+        edge = bound * math.sqrt(n)
+        leave = norm.sf((edge - x) / step) + norm.cdf((-edge - x) / step)
+        total += float(np.sum(w * density * leave))
+        y, v = grid(n)
+        density = (norm.pdf((y[:, None] - x[None, :]) / step) / step) @ (w * density)
+        x, w, previous = y, v, n
+    return total
+
+
+@functools.lru_cache(maxsize=64)
+def group_sequential_level(confidence: float, comparisons: int, first: int, last: int) -> float:
+    """The level of each interval when ``comparisons`` intervals are each looked at after
+    every round from round ``first`` to round ``last`` and the rounds stop at the first look
+    that decides: Pocock's group-sequential boundary, one nominal level at every look, chosen
+    so that the chance of any look's interval missing is ``(1 - confidence) / comparisons``
+    for each comparison (Bonferroni over the comparisons only).
+
+    :func:`sequential_level` takes the looks as if they were unrelated; they are not: the
+    interval after round 6 holds the five rounds the one after round 5 held, so a mean that
+    stays inside at one look mostly stays inside at the next. The boundary here is computed
+    for the looks as they are (sums of the same rounds, :func:`_crossing`), so it is as
+    wide as it needs to be and no wider: at 95% over 3 comparisons and rounds 3 to 10, each
+    interval is taken at 99.56% instead of Bonferroni's 99.79%. The boundary is the normal
+    one; the intervals take it as a Student-t level at their degrees of freedom (the usual
+    way with an unknown spread, Jennison and Turnbull, ch. 3.8).
+    """
+    from scipy.stats import norm
+
+    alpha = (1.0 - confidence) / max(1, comparisons)
+    looks = list(range(max(1, first), max(first, last) + 1))
+    if len(looks) == 1:
+        return 1.0 - alpha
+    from scipy.optimize import brentq
+
+    # between one look's bound (too narrow) and Bonferroni's over the looks (too wide)
+    low, high = float(norm.isf(alpha / 2.0)), float(norm.isf(alpha / 2.0 / len(looks)))
+    bound = brentq(lambda b: _crossing(b, looks) - alpha, low, high, xtol=1e-7)
+    return 1.0 - 2.0 * float(norm.sf(bound))

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from autotune._stats import (
+    group_sequential_level,
     mean_interval,
     pooled_log_spread,
     ratio_interval,
@@ -185,3 +186,44 @@ def test_the_pooled_spread_narrows_an_interval_and_a_noisier_arm_keeps_its_own()
     half = float(t.ppf(0.995, 9)) * sd / 2.0
     assert (mine[1], mine[2]) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
     assert pooled_log_spread([[(1.0, 1.0)]]) is None
+
+
+@pytest.mark.parametrize(("candidates", "pool"), [(1, False), (3, False), (3, True)])
+def test_the_group_sequential_level_keeps_false_pays_within_its_confidence(
+    candidates: int, pool: bool
+) -> None:
+    level = group_sequential_level(0.95, candidates, 3, 10)
+    assert _false_pays(level, candidates=candidates, pool=pool, seed=2) <= 0.05
+
+
+def test_the_group_sequential_level_is_narrower_than_bonferroni_over_the_looks() -> None:
+    for candidates in (1, 2, 3, 5):
+        one_look = sequential_level(0.95, candidates, 1)
+        bonferroni = sequential_level(0.95, candidates, 10 - 3 + 1)
+        level = group_sequential_level(0.95, candidates, 3, 10)
+        assert one_look < level < bonferroni
+    # one look: nothing to correct for but the comparisons
+    assert group_sequential_level(0.95, 3, 4, 4) == pytest.approx(1 - 0.05 / 3)
+    # more looks need a wider boundary
+    assert group_sequential_level(0.95, 3, 3, 20) > group_sequential_level(0.95, 3, 3, 10)
+
+
+def test_the_group_sequential_boundary_is_crossed_as_often_as_it_allows() -> None:
+    """Simulated sums of normal rounds with no true difference, looked at from round 3 to 10
+    at the boundary's nominal level: they leave it at some look in about 5% of runs."""
+    from scipy.stats import norm
+
+    level = group_sequential_level(0.95, 1, 3, 10)
+    bound = float(norm.isf((1.0 - level) / 2.0))
+    rng = random.Random(5)
+    runs = 20000
+    crossed = 0
+    for _ in range(runs):
+        total = 0.0
+        for n in range(1, 11):
+            total += rng.gauss(0.0, 1.0)
+            if n >= 3 and abs(total) > bound * math.sqrt(n):
+                crossed += 1
+                break
+    # the binomial's standard deviation at 20000 runs is 0.15%
+    assert 0.045 <= crossed / runs <= 0.055, crossed / runs
