@@ -167,39 +167,11 @@ def sequential_level(confidence: float, comparisons: int, looks: int) -> float:
     return 1.0 - (1.0 - confidence) / (max(1, comparisons) * max(1, looks))
 
 
-#: Grid points of the density the boundary's crossing chance is integrated on, per look.
-_GRID = 240
-
-
-def _crossing(bound: float, looks: Sequence[int]) -> float:
-    """The chance that a sum of ``n`` independent standard normal steps, standardised
-    (``S_n / sqrt(n)``), leaves ``[-bound, bound]`` at one of the ``looks`` (counts of steps,
-    increasing): the density of the sums still inside is carried from look to look on a grid
-    (the recursion of Armitage, McPherson and Rowe), trapezoid-integrated."""
-    import numpy as np
-    from scipy.stats import norm
-
-    def grid(n: int) -> tuple[np.ndarray, np.ndarray]:
-        edge = bound * math.sqrt(n)
-        x = np.linspace(-edge, edge, _GRID)
-        w = np.full(_GRID, x[1] - x[0])
-        w[0] = w[-1] = w[0] / 2.0
-        return x, w
-
-    first = looks[0]
-    x, w = grid(first)
-    density = norm.pdf(x / math.sqrt(first)) / math.sqrt(first)
-    total = 2.0 * float(norm.sf(bound))
-    previous = first
-    for n in looks[1:]:
-        step = math.sqrt(n - previous)
-        edge = bound * math.sqrt(n)
-        leave = norm.sf((edge - x) / step) + norm.cdf((-edge - x) / step)
-        total += float(np.sum(w * density * leave))
-        y, v = grid(n)
-        density = (norm.pdf((y[:, None] - x[None, :]) / step) / step) @ (w * density)
-        x, w, previous = y, v, n
-    return total
+#: Simulated rounds the group-sequential level is calibrated on (:func:`group_sequential_level`):
+#: the chance it holds is estimated to within about 2% of itself (binomial, at 1.7%).
+_PATHS = 200_000
+#: The simulation's seed: the level is the same on every machine (numpy's PCG64).
+_SEED = 46
 
 
 @functools.lru_cache(maxsize=64)
@@ -212,22 +184,45 @@ def group_sequential_level(confidence: float, comparisons: int, first: int, last
 
     :func:`sequential_level` takes the looks as if they were unrelated; they are not: the
     interval after round 6 holds the five rounds the one after round 5 held, so a mean that
-    stays inside at one look mostly stays inside at the next. The boundary here is computed
-    for the looks as they are (sums of the same rounds, :func:`_crossing`), so it is as
-    wide as it needs to be and no wider: at 95% over 3 comparisons and rounds 3 to 10, each
-    interval is taken at 99.56% instead of Bonferroni's 99.79%. The boundary is the normal
-    one; the intervals take it as a Student-t level at their degrees of freedom (the usual
-    way with an unknown spread, Jennison and Turnbull, ch. 3.8).
+    stays inside at one look mostly stays inside at the next. The level here is found for the
+    looks as they are: Student-t intervals of the same simulated rounds (normal, no true
+    difference, the spread each look's own, ``n - 1`` degrees of freedom) looked at from
+    ``first`` to ``last``, the level raised until they miss at some look in no more than
+    ``(1 - confidence) / comparisons`` of the runs (bisection on :data:`_PATHS` seeded runs).
+    Calibrated on the t intervals themselves, not on the normal boundary taken as a t level
+    (which at 2 to 9 degrees of freedom misses in 6-7% of runs where it should 5%). An
+    interval with the spread pooled over the candidates has more degrees of freedom, so it
+    misses less often at the same level. At 95% over 3 comparisons and rounds 3 to 16, each
+    interval is taken at 99.74% instead of Bonferroni's 99.88%.
     """
-    from scipy.stats import norm
-
     alpha = (1.0 - confidence) / max(1, comparisons)
-    looks = list(range(max(1, first), max(first, last) + 1))
-    if len(looks) == 1:
+    first = max(2, first)
+    last = max(first, last)
+    if first == last:
         return 1.0 - alpha
-    from scipy.optimize import brentq
+    import numpy as np
+    from scipy.stats import t
 
-    # between one look's bound (too narrow) and Bonferroni's over the looks (too wide)
-    low, high = float(norm.isf(alpha / 2.0)), float(norm.isf(alpha / 2.0 / len(looks)))
-    bound = brentq(lambda b: _crossing(b, looks) - alpha, low, high, xtol=1e-7)
-    return 1.0 - 2.0 * float(norm.sf(bound))
+    steps = np.random.default_rng(_SEED).standard_normal((_PATHS, last))
+    n = np.arange(1, last + 1)
+    sums = np.cumsum(steps, axis=1)
+    squares = np.cumsum(steps * steps, axis=1) - sums * sums / n
+    looks = np.arange(first, last + 1)
+    score = np.abs(sums[:, looks - 1] / looks) / np.sqrt(
+        squares[:, looks - 1] / (looks - 1) / looks
+    )
+    del steps, sums, squares
+
+    def missed(level: float) -> float:
+        bound = t.ppf(0.5 + level / 2.0, looks - 1)
+        return float((score > bound).any(axis=1).mean())
+
+    # between one look's level (misses too often) and Bonferroni's over the looks (too rarely)
+    low, high = 1.0 - alpha, 1.0 - alpha / len(looks)
+    for _ in range(40):
+        middle = (low + high) / 2.0
+        if missed(middle) > alpha:
+            low = middle
+        else:
+            high = middle
+    return high

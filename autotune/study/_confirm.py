@@ -15,7 +15,7 @@ family-wise over the candidates and over the looks: the rounds stop at the first
 ``min_rounds`` on at which the answer is decided, so with ``k`` candidates each interval is
 taken at the one nominal level at which, over the rounds from ``min_rounds`` to ``max_rounds``,
 the chance that it misses at any of them is ``(1 - confidence) / k`` (Pocock's group-sequential
-boundary, computed for these looks: :func:`autotune._stats.group_sequential_level`), and the
+boundary, calibrated for these looks: :func:`autotune._stats.group_sequential_level`), and the
 chance that any reported interval misses, at whichever round the rounds stopped, is at most
 ``1 - confidence``. (An interval at ``1 - (1 - confidence) / k`` looked at after every round
 is not: with no true gain it says "pays" in about 8% of confirmations, not 2.5%; Bonferroni
