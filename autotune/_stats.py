@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -164,3 +165,64 @@ def sequential_level(confidence: float, comparisons: int, looks: int) -> float:
     hold at every look together and the rounds may stop at the first that decides.
     """
     return 1.0 - (1.0 - confidence) / (max(1, comparisons) * max(1, looks))
+
+
+#: Simulated rounds the group-sequential level is calibrated on (:func:`group_sequential_level`):
+#: the chance it holds is estimated to within about 2% of itself (binomial, at 1.7%).
+_PATHS = 200_000
+#: The simulation's seed: the level is the same on every machine (numpy's PCG64).
+_SEED = 46
+
+
+@functools.lru_cache(maxsize=64)
+def group_sequential_level(confidence: float, comparisons: int, first: int, last: int) -> float:
+    """The level of each interval when ``comparisons`` intervals are each looked at after
+    every round from round ``first`` to round ``last`` and the rounds stop at the first look
+    that decides: Pocock's group-sequential boundary, one nominal level at every look, chosen
+    so that the chance of any look's interval missing is ``(1 - confidence) / comparisons``
+    for each comparison (Bonferroni over the comparisons only).
+
+    :func:`sequential_level` takes the looks as if they were unrelated; they are not: the
+    interval after round 6 holds the five rounds the one after round 5 held, so a mean that
+    stays inside at one look mostly stays inside at the next. The level here is found for the
+    looks as they are: Student-t intervals of the same simulated rounds (normal, no true
+    difference, the spread each look's own, ``n - 1`` degrees of freedom) looked at from
+    ``first`` to ``last``, the level raised until they miss at some look in no more than
+    ``(1 - confidence) / comparisons`` of the runs (bisection on :data:`_PATHS` seeded runs).
+    Calibrated on the t intervals themselves, not on the normal boundary taken as a t level
+    (which at 2 to 9 degrees of freedom misses in 6-7% of runs where it should 5%). An
+    interval with the spread pooled over the candidates has more degrees of freedom, so it
+    misses less often at the same level. At 95% over 3 comparisons and rounds 3 to 16, each
+    interval is taken at 99.74% instead of Bonferroni's 99.88%.
+    """
+    alpha = (1.0 - confidence) / max(1, comparisons)
+    first = max(2, first)
+    last = max(first, last)
+    if first == last:
+        return 1.0 - alpha
+    import numpy as np
+    from scipy.stats import t
+
+    steps = np.random.default_rng(_SEED).standard_normal((_PATHS, last))
+    n = np.arange(1, last + 1)
+    sums = np.cumsum(steps, axis=1)
+    squares = np.cumsum(steps * steps, axis=1) - sums * sums / n
+    looks = np.arange(first, last + 1)
+    score = np.abs(sums[:, looks - 1] / looks) / np.sqrt(
+        squares[:, looks - 1] / (looks - 1) / looks
+    )
+    del steps, sums, squares
+
+    def missed(level: float) -> float:
+        bound = t.ppf(0.5 + level / 2.0, looks - 1)
+        return float((score > bound).any(axis=1).mean())
+
+    # between one look's level (misses too often) and Bonferroni's over the looks (too rarely)
+    low, high = 1.0 - alpha, 1.0 - alpha / len(looks)
+    for _ in range(40):
+        middle = (low + high) / 2.0
+        if missed(middle) > alpha:
+            low = middle
+        else:
+            high = middle
+    return high
