@@ -97,7 +97,7 @@ def test_zero_kv_cache_blocks_read_as_a_kv_cache_that_does_not_fit() -> None:
     old = "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 0, # CPU blocks: 256\n"
     assert classify_text(old, VLLM_CRASH_RULES).category == "oom_kv_pool"
     fine = "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 2291, # CPU blocks: 256\n"
-    assert classify_text(fine, VLLM_CRASH_RULES).category == "starting"
+    assert classify_text(fine, VLLM_CRASH_RULES, alive=True).category == "starting"
 
 
 def test_a_minimum_capability_or_a_list_of_sm_families_reads_as_unsupported_arch() -> None:
@@ -120,7 +120,7 @@ def test_a_worker_that_failed_to_start_is_a_crash() -> None:
     )
     assert classify_text(text, VLLM_CRASH_RULES).category == "unknown_crash"
     loading = text.splitlines(keepends=True)[0]
-    assert classify_text(loading, VLLM_CRASH_RULES).category == "starting"
+    assert classify_text(loading, VLLM_CRASH_RULES, alive=True).category == "starting"
 
 
 def test_kernel_and_amd_architecture_refusals_read_as_unsupported_arch() -> None:
@@ -150,7 +150,7 @@ def test_a_paste_that_ran_lines_together_keeps_the_error_before_an_nccl_info_tag
     assert classify_text(flattened, VLLM_CRASH_RULES).category == "nccl_error"
     # a line that is an NCCL INFO line stays noise, whatever words it carries
     info = "02fdc141b80d:213:213 [1] NCCL INFO NET/IB : No device found, error code 2\n"
-    assert classify_text(info, VLLM_CRASH_RULES).category == "starting"
+    assert classify_text(info, VLLM_CRASH_RULES, alive=True).category == "starting"
 
 
 def test_a_taken_port_in_words_and_nvshmem_failing_to_connect() -> None:
@@ -181,7 +181,7 @@ def test_a_memory_profile_that_leaves_the_kv_cache_nothing_is_a_kv_pool_failure(
         "INFO 08-07 23:22:57 [gpu_worker.py:789] Replace gpu_memory_utilization config with "
         "`--kv-cache-memory=-1160530022` (-1.08 GiB) to fit into requested memory\n",
     ):
-        assert classify_text(line, VLLM_CRASH_RULES).category == "starting", line
+        assert classify_text(line, VLLM_CRASH_RULES, alive=True).category == "starting", line
 
 
 def test_a_cuda_error_while_graphs_are_captured_is_a_capture_failure() -> None:

@@ -66,7 +66,7 @@ SETS = (
     HeldOut(
         "heldout4",
         6,
-        {"p04_rocm_minimax_eagle3_load_model_cut.log": "starting"},
+        {"p04_rocm_minimax_eagle3_load_model_cut.log": "undecided"},
         before=3,
         now=5,
     ),
@@ -74,7 +74,7 @@ SETS = (
         "heldout5",
         7,
         {
-            "q04_ima_serving_stream_generator_frames_cut.log": "starting",
+            "q04_ima_serving_stream_generator_frames_cut.log": "undecided",
             "q07_ci_zmq_port_conflict_api_server_frames_cut.log": "unknown_crash",
         },
         before=5,
