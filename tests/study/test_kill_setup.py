@@ -154,6 +154,18 @@ def test_baseline_killed_then_resume_killed_after_requeue(
     _check_study(lab, name, 3)
 
 
+def _listening(pid: int) -> bool:
+    """Whether process ``pid`` or one of its descendants listens on a TCP port."""
+    try:
+        proc = psutil.Process(pid)
+        for p in (proc, *proc.children(recursive=True)):
+            if any(c.status == psutil.CONN_LISTEN for c in p.net_connections(kind="tcp")):
+                return True
+    except psutil.Error:
+        return False
+    return False
+
+
 def test_two_workers_one_killed_the_other_stops_its_server(
     lab: StudyLab, fault_tried: Callable[[str], None]
 ) -> None:
@@ -177,8 +189,10 @@ def test_two_workers_one_killed_the_other_stops_its_server(
             tuner = t.system_attrs.get(TUNER) or {}
             mine = t.state.name == "RUNNING" and tuner.get("pid") == first.pid
             pid = int((t.system_attrs.get(PROCESS) or {}).get("pid", -1))
-            # launched (not the pending record's pid -1) and not a start-up crash already gone
-            if mine and pid > 0 and psutil.pid_exists(pid):
+            # launched (not the pending record's pid -1), listening on its port (a server that
+            # lost its port to the other worker's between the check and the bind dies on its own
+            # and is launched again elsewhere) and not a start-up crash already gone
+            if mine and pid > 0 and _listening(pid):
                 return t
         return None
 
