@@ -37,27 +37,6 @@ _ATTENTION = {
 _ATTENTION["0.5.17"] = _ATTENTION["0.5.23"]
 
 
-class _DeprecatedTrue(argparse.Action):
-    """A deprecated boolean flag: stores True and records SGLang's warning."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        self.new_flag = kwargs.pop("new_flag")
-        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        namespace.sim_deprecations.append(
-            f"'{option_string}' is deprecated and will be removed in a future release. "
-            f"Use '{self.new_flag}' instead."
-        )
-        setattr(namespace, self.dest, True)
-
-
 class _DeprecatedAlias(argparse.Action):
     """A deprecated spelling of another option: stores into its field and records SGLang's
     warning (0.5.17's ``--cuda-graph-max-bs`` for ``--cuda-graph-max-bs-decode``)."""
@@ -78,6 +57,22 @@ class _DeprecatedAlias(argparse.Action):
             f"Use '{self.new_flag}' instead."
         )
         setattr(namespace, self.dest, values)
+
+
+class _DeprecatedTrue(_DeprecatedAlias):
+    """A deprecated boolean flag: stores True and records SGLang's warning."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        super().__call__(parser, namespace, True, option_string)
 
 
 def _non_negative(text: str) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,3 +40,14 @@ def fault_tried() -> Callable[[str], None]:
 def bad_input_tried() -> Callable[[str], None]:
     """Note a bad input the suite fed the CLI (counted in the closing line)."""
     return TALLY.bad_inputs.append
+
+
+@pytest.fixture
+def postgres_url() -> str:
+    """A PostgreSQL server's URL (.ci/postgres.sh starts one); skipped without one."""
+    url = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")
+    if not url:
+        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES") == "1":
+            pytest.fail("AUTOTUNE_REQUIRE_POSTGRES=1 but AUTOTUNE_TEST_POSTGRES_URL is not set")
+        pytest.skip("no PostgreSQL server: set AUTOTUNE_TEST_POSTGRES_URL (.ci/postgres.sh)")
+    return url

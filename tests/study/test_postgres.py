@@ -4,7 +4,6 @@ name taken by another space. Skipped without a server unless AUTOTUNE_REQUIRE_PO
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable
 
@@ -14,16 +13,6 @@ from ._lab import CONFIGS, PARAMETERS, StudyLab, no_traceback
 from ._scenarios import kill9_then_resume, two_workers
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def postgres_url() -> str:
-    url = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")
-    if not url:
-        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES") == "1":
-            pytest.fail("AUTOTUNE_REQUIRE_POSTGRES=1 but AUTOTUNE_TEST_POSTGRES_URL is not set")
-        pytest.skip("no PostgreSQL server: set AUTOTUNE_TEST_POSTGRES_URL (.ci/postgres.sh)")
-    return url
 
 
 def _name(prefix: str) -> str:

@@ -7,7 +7,6 @@ superuser), in a database of its own; skipped without one unless AUTOTUNE_REQUIR
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -16,16 +15,6 @@ import pytest
 from ._lab import CONFIGS, StudyLab, no_traceback
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def admin_url() -> str:
-    url = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")
-    if not url:
-        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES") == "1":
-            pytest.fail("AUTOTUNE_REQUIRE_POSTGRES=1 but AUTOTUNE_TEST_POSTGRES_URL is not set")
-        pytest.skip("no PostgreSQL server: set AUTOTUNE_TEST_POSTGRES_URL (.ci/postgres.sh)")
-    return url
 
 
 def _admin(url: str, *statements: str) -> None:
@@ -43,15 +32,15 @@ def _admin(url: str, *statements: str) -> None:
 
 
 @pytest.fixture
-def own_database(admin_url: str) -> Iterator[str]:
+def own_database(postgres_url: str) -> Iterator[str]:
     """A database of this test, on the test server; its URL."""
     name = f"lost_{uuid.uuid4().hex[:8]}"
-    _admin(admin_url, f"CREATE DATABASE {name}")
+    _admin(postgres_url, f"CREATE DATABASE {name}")
     try:
-        yield admin_url.rsplit("/", 1)[0] + "/" + name
+        yield postgres_url.rsplit("/", 1)[0] + "/" + name
     finally:
         _admin(
-            admin_url,
+            postgres_url,
             f"ALTER DATABASE {name} ALLOW_CONNECTIONS true",
             f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'",
             f"DROP DATABASE IF EXISTS {name}",
@@ -59,7 +48,7 @@ def own_database(admin_url: str) -> Iterator[str]:
 
 
 def test_postgres_going_away_mid_trial_is_a_lost_connection(
-    own_database: str, admin_url: str, lab: StudyLab, fault_tried: Callable[[str], None]
+    own_database: str, postgres_url: str, lab: StudyLab, fault_tried: Callable[[str], None]
 ) -> None:
     # (own_database first: set up before the lab, so dropped after the lab's last look)
     fault_tried("PostgreSQL going away in the middle of a trial")
@@ -70,7 +59,7 @@ def test_postgres_going_away_mid_trial_is_a_lost_connection(
                       "--no-informed", "--storage", own_database)  # fmt: skip
     lab.wait_server()
     _admin(
-        admin_url,
+        postgres_url,
         f"ALTER DATABASE {db} ALLOW_CONNECTIONS false",
         f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'",
     )
@@ -82,7 +71,7 @@ def test_postgres_going_away_mid_trial_is_a_lost_connection(
     assert "trials finished" not in run.out, run.show()
     lab.check_no_servers("after the tuner stopped")
 
-    _admin(admin_url, f"ALTER DATABASE {db} ALLOW_CONNECTIONS true")
+    _admin(postgres_url, f"ALTER DATABASE {db} ALLOW_CONNECTIONS true")
     again = lab.cli("study", "resume", "--study-name", name, "--storage", own_database)
     assert again.rc == 0, again.show()
     assert "3 of 3 trials finished" in again.out, again.show()
